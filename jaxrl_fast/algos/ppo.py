@@ -1,0 +1,181 @@
+"""PPO: clipped surrogate objective, value loss, entropy bonus, minibatch epochs.
+
+Pure functions over explicit state. The policy (actor) and the value function (critic) are
+separate networks with one optimizer each, so that placement can treat them as roles.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_fast.config import PPOConfig
+from jaxrl_fast.data import Act, Algorithm, Rollout
+from jaxrl_fast.env import EnvSpec
+from jaxrl_fast.networks import make_policy_network, make_value_network
+from jaxrl_fast.ops import distributions as dist
+from jaxrl_fast.ops.returns import generalized_advantage_estimation
+
+
+class ActorCriticParams(NamedTuple):
+    actor: Any
+    critic: Any
+
+
+class ActorCriticOptStates(NamedTuple):
+    actor: Any
+    critic: Any
+
+
+class PPOState(NamedTuple):
+    params: ActorCriticParams
+    opt_states: ActorCriticOptStates
+
+
+class PPOExtras(NamedTuple):
+    log_prob: jax.Array  # [B] log pi(a|s) of the behaviour policy
+    value: jax.Array  # [B] V(s)
+
+
+class Batch(NamedTuple):
+    """Flattened samples `[N, ...]` that the minibatch loop slices."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    advantage: jax.Array
+    target: jax.Array  # value target: advantage + V(s)
+    weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
+
+
+def weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
+    return (x * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def num_iterations(total_steps: int, num_envs: int, config: PPOConfig) -> int:
+    return max(1, total_steps // (num_envs * config.num_steps))
+
+
+def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
+    policy_net = make_policy_network(spec, config.hidden_sizes, config.activation)
+    value_net = make_value_network(spec, config.hidden_sizes, config.activation)
+    batch_size = spec.num_envs * config.num_steps
+    if batch_size % config.num_minibatches:
+        raise ValueError(
+            f"--ppo.num-minibatches {config.num_minibatches} must divide the batch "
+            f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
+        )
+    minibatch_size = batch_size // config.num_minibatches
+    updates_per_role = num_iterations(total_steps, spec.num_envs, config) * config.update_epochs * config.num_minibatches
+    learning_rate = (
+        optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
+    )
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+
+    def init(key: jax.Array) -> PPOState:
+        actor_key, critic_key = jax.random.split(key)
+        params = ActorCriticParams(policy_net.init(actor_key), value_net.init(critic_key))
+        return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)))
+
+    def log_prob_and_entropy(actor_params: Any, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
+        if spec.discrete:
+            logits = policy_net.apply(actor_params, obs)
+            return dist.categorical_log_prob(logits, action), dist.categorical_entropy(logits)
+        mean, log_std = policy_net.apply(actor_params, obs)
+        return dist.gaussian_log_prob(mean, log_std, action), dist.gaussian_entropy(log_std)
+
+    def act(state: PPOState, obs: jax.Array, key: jax.Array) -> Act:
+        value = value_net.apply(state.params.critic, obs)
+        if spec.discrete:
+            logits = policy_net.apply(state.params.actor, obs)
+            action = dist.categorical_sample(key, logits)
+            return Act(action, action, PPOExtras(dist.categorical_log_prob(logits, action), value))
+        mean, log_std = policy_net.apply(state.params.actor, obs)
+        action = dist.gaussian_sample(key, mean, log_std)
+        extras = PPOExtras(dist.gaussian_log_prob(mean, log_std, action), value)
+        return Act(action, jnp.clip(action, low, high), extras)
+
+    def act_deterministic(actor_params: Any, obs: jax.Array) -> jax.Array:
+        if spec.discrete:
+            return dist.categorical_mode(policy_net.apply(actor_params, obs))
+        mean, _ = policy_net.apply(actor_params, obs)
+        return jnp.clip(mean, low, high)
+
+    def loss_fn(params: ActorCriticParams, mb: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+        log_prob, entropy = log_prob_and_entropy(params.actor, mb.obs, mb.action)
+        log_ratio = log_prob - mb.log_prob
+        ratio = jnp.exp(log_ratio)
+        advantage = mb.advantage
+        if config.normalize_advantages:
+            mean = weighted_mean(advantage, mb.weight)
+            std = jnp.sqrt(weighted_mean((advantage - mean) ** 2, mb.weight))
+            advantage = (advantage - mean) / (std + 1e-8)
+        surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - config.clip_coef, 1 + config.clip_coef) * advantage)
+        policy_loss = -weighted_mean(surrogate, mb.weight)
+        value_loss = 0.5 * weighted_mean((value_net.apply(params.critic, mb.obs) - mb.target) ** 2, mb.weight)
+        entropy = weighted_mean(entropy, mb.weight)
+        loss = policy_loss - config.ent_coef * entropy + config.vf_coef * value_loss
+        metrics = {
+            "train/policy_loss": policy_loss,
+            "train/value_loss": value_loss,
+            "train/entropy": entropy,
+            "train/approx_kl": weighted_mean((ratio - 1) - log_ratio, mb.weight),
+            "train/clip_fraction": weighted_mean((jnp.abs(ratio - 1) > config.clip_coef).astype(jnp.float32), mb.weight),
+        }
+        return loss, metrics
+
+    def minibatch_step(state: PPOState, mb: Batch) -> tuple[PPOState, dict[str, jax.Array]]:
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, mb)
+        actor_updates, actor_opt = optimizer.update(grads.actor, state.opt_states.actor, state.params.actor)
+        critic_updates, critic_opt = optimizer.update(grads.critic, state.opt_states.critic, state.params.critic)
+        params = ActorCriticParams(
+            optax.apply_updates(state.params.actor, actor_updates),
+            optax.apply_updates(state.params.critic, critic_updates),
+        )
+        metrics["train/grad_norm"] = optax.global_norm(grads)
+        return PPOState(params, ActorCriticOptStates(actor_opt, critic_opt)), metrics
+
+    def update(state: PPOState, rollout: Rollout, key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:
+        tr = rollout.transitions  # [T, B, ...]
+        value = tr.extras.value
+        last_value = value_net.apply(state.params.critic, rollout.last_obs)
+        next_value = jnp.concatenate([value[1:], last_value[None]], axis=0)
+        gae = jax.vmap(generalized_advantage_estimation, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)
+        advantage = gae(tr.reward, value, next_value, tr.terminated, tr.truncated, config.gamma, config.gae_lambda)
+        flat = lambda x: x.reshape((batch_size, *x.shape[2:]))  # noqa: E731
+        batch = Batch(
+            obs=flat(tr.obs),
+            action=flat(tr.action),
+            log_prob=flat(tr.extras.log_prob),
+            advantage=flat(advantage),
+            target=flat(advantage + value),
+            weight=flat(tr.valid.astype(jnp.float32)),
+        )
+
+        def epoch(state: PPOState, epoch_key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:
+            order = jax.random.permutation(epoch_key, batch_size)
+            minibatches = jax.tree.map(
+                lambda x: x[order].reshape((config.num_minibatches, minibatch_size, *x.shape[1:])), batch
+            )
+            return jax.lax.scan(minibatch_step, state, minibatches)
+
+        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, config.update_epochs))
+        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics["train/explained_variance"] = 1.0 - weighted_mean(
+            (batch.target - flat(value)) ** 2, batch.weight
+        ) / jnp.maximum(weighted_mean((batch.target - weighted_mean(batch.target, batch.weight)) ** 2, batch.weight), 1e-8)
+        return state, metrics
+
+    return Algorithm(
+        init=init,
+        act=act,
+        policy_params=lambda state: state.params.actor,
+        act_deterministic=act_deterministic,
+        update=update,
+        rollout_length=config.num_steps,
+        update_frames_per_iteration=config.update_epochs * batch_size,
+    )

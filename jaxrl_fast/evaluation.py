@@ -1,0 +1,158 @@
+"""Evaluation beside training: a background thread with its own EnvPool instance.
+
+The jitted training loop hands policy parameters to `Evaluator.request` through an
+`io_callback`. `request` only enqueues, newest wins: if an evaluation is still running when the
+next request comes, the waiting request is replaced (and counted as skipped), so a slow
+evaluation never stalls training. An evaluation that raises is logged and counted; training
+goes on. `close()` stops the thread and joins it within a timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from jaxrl_fast.env import make_pool
+
+log = logging.getLogger(__name__)
+
+
+class EvalResult(NamedTuple):
+    step: int
+    returns: np.ndarray  # [episodes] undiscounted returns
+    lengths: np.ndarray  # [episodes]
+    duration_s: float
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns))
+
+
+def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """One episode in each env of a synchronous pool; returns (returns, lengths) per env.
+
+    Each env counts only its first episode: after it ends, EnvPool auto-resets that env and
+    what follows is ignored.
+    """
+    obs, _ = pool.reset()
+    n = obs.shape[0]
+    returns, lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
+    running = np.ones(n, bool)
+    for _ in range(max_steps + 1):
+        action = np.asarray(policy(np.asarray(obs, np.float32)))
+        obs, reward, terminated, truncated, _ = pool.step(action)
+        returns += np.where(running, reward, 0.0)
+        lengths += running
+        running &= ~(terminated | truncated)
+        if not running.any():
+            break
+    return returns, lengths
+
+
+class Evaluator:
+    """Runs deterministic evaluation episodes in a daemon thread.
+
+    Args:
+      env_id, seed: the evaluation pool is `num_episodes` envs of `env_id`, seeded apart from
+        the training envs.
+      policy: `(payload, obs [N, ...] float32) -> env actions`; jitted by the caller.
+      on_result: called in the evaluator thread with each `EvalResult`.
+      max_episode_steps: bound on an evaluation's length.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_episodes: int,
+        seed: int,
+        policy: Callable[[Any, np.ndarray], np.ndarray],
+        on_result: Callable[[EvalResult], None],
+        max_episode_steps: int,
+    ):
+        self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed)
+        self._policy = policy
+        self._on_result = on_result
+        self._max_steps = max_episode_steps
+        self._lock = threading.Lock()
+        self._pool_lock = threading.Lock()  # the thread and a final `evaluate` share the pool
+        self._wake = threading.Condition(self._lock)
+        self._pending: tuple[Any, int] | None = None
+        self._busy = False
+        self._stopping = False
+        self.skipped = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="jaxrl_fast-evaluator", daemon=True)
+        self._thread.start()
+
+    def request(self, payload: Any, step: int) -> None:
+        """Enqueue an evaluation of `payload` at `step`; never blocks on a running evaluation."""
+        with self._lock:
+            if self._stopping:
+                return
+            if self._pending is not None:
+                self.skipped += 1
+            self._pending = (payload, int(step))
+            self._wake.notify()
+
+    def evaluate(self, payload: Any, step: int) -> EvalResult:
+        """Run an evaluation in the calling thread (the final one) and return its result."""
+        return self._evaluate(payload, step)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no evaluation is pending or running; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._pending is not None or self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._wake.wait(remaining)
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._lock:
+            self._stopping = True
+            self._pending = None
+            self._wake.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("evaluation thread did not stop within %.0f s", timeout)
+            return
+        self._pool.close()
+
+    def _evaluate(self, payload: Any, step: int) -> EvalResult:
+        start = time.perf_counter()
+        with self._pool_lock:
+            returns, lengths = run_episodes(self._pool, lambda obs: self._policy(payload, obs), self._max_steps)
+        return EvalResult(step, returns, lengths, time.perf_counter() - start)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while self._pending is None and not self._stopping:
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                payload, step = self._pending
+                self._pending = None
+                self._busy = True
+            try:
+                self._on_result(self._evaluate(payload, step))
+            except Exception as error:  # an evaluation must never take training down
+                self.failures += 1
+                self.last_error = f"{type(error).__name__}: {error}"
+                log.error("evaluation at step %d failed:\n%s", step, traceback.format_exc())
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._wake.notify_all()

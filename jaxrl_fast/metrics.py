@@ -1,0 +1,143 @@
+"""The run directory and everything written to it: config, metrics lines, TensorBoard, summary.
+
+`metrics.jsonl` holds one JSON object per line. Every line has `step` (environment steps so far)
+and `wall_s` (seconds since process start); training lines add `sps` and the losses
+(`train/...`), evaluation lines add `eval_return_mean`, `eval_return_std`, `eval_episodes`.
+Each line is flushed as it is written, so a killed run keeps everything it logged.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PROCESS_START = time.time()  # wall_s counts from here (imports and compilation included)
+
+
+class RunDirError(ValueError):
+    pass
+
+
+def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{env_id.replace('/', '_')}__{algo}__{seed}__{stamp}"
+
+
+def check_run_dir(path: Path) -> None:
+    """Raise RunDirError if `path` already holds a run or cannot be created and written."""
+    if (path / "config.json").exists():
+        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory")
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--run-dir: {path} exists and is not a directory")
+    existing = path
+    while not existing.exists():  # the nearest ancestor that exists decides writability
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"--run-dir: {path} is not writable (no write permission on {existing})")
+
+
+def create_run_dir(path: Path) -> Path:
+    check_run_dir(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write atomically: a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_value(value: Any) -> Any:
+    value = value.item() if hasattr(value, "item") else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsSink:
+    """Thread-safe writer of `metrics.jsonl` and TensorBoard scalars (the trainer and the evaluator write)."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True):
+        self._lock = threading.Lock()
+        self._file = open(run_dir / "metrics.jsonl", "a", buffering=1)
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(run_dir), flush_secs=10)
+
+    def write(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
+        record = {"step": int(step), "wall_s": round(time.time() - PROCESS_START, 3)}
+        record.update({k: _json_value(v) for k, v in values.items()})
+        with self._lock:
+            self._file.write(json.dumps(record) + "\n")
+            if self._tb is not None:
+                for key, value in record.items():
+                    if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                        self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(step))
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+            if self._tb is not None:
+                self._tb.close()
+
+
+class ProgressDisplay:
+    """A live bar (steps, SPS, latest evaluation) on a terminal; plain lines otherwise."""
+
+    def __init__(self, total_steps: int, mode: str = "auto", stream: Any = None):
+        self._stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if self._stream.isatty() else "plain"
+        self.mode = mode
+        self._total = total_steps
+        self._eval = "-"
+        self._bar = None
+        if mode == "bar":
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[sps]} sps"),
+                TextColumn("eval {task.fields[eval]}"),
+                TimeElapsedColumn(),
+                console=Console(file=self._stream),
+                transient=False,
+            )
+            self._task = self._bar.add_task("train", total=total_steps, sps="-", eval="-")
+            self._bar.start()
+
+    def update(self, step: int, sps: float) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=min(step, self._total), sps=f"{sps:,.0f}", eval=self._eval)
+        elif self.mode == "plain":
+            print(f"step {step:>10,d}/{self._total:,d}  sps {sps:>10,.0f}  eval {self._eval}", file=self._stream, flush=True)
+
+    def set_eval(self, step: int, mean: float, std: float) -> None:
+        self._eval = f"{mean:.1f}±{std:.1f}@{step:,d}"
+        if self._bar is not None:
+            self._bar.update(self._task, eval=self._eval)
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text)
+        elif self.mode != "off":
+            print(text, file=self._stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()

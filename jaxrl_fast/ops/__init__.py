@@ -1,0 +1,1 @@
+"""Pure maths for RL: returns, distributions, running statistics. Written for one stream, vmapped."""

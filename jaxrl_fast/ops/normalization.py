@@ -1,0 +1,66 @@
+"""Running statistics for observation normalization and reward scaling, as (init, update) pairs.
+
+Their state is part of the run state: it is carried through the jitted loop, handed to the
+evaluator with the policy, and checkpointed with everything else.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class RunningMoments(NamedTuple):
+    """Mean and variance of a stream of `[..., *shape]` batches (Chan et al. parallel update)."""
+
+    mean: jax.Array  # float32 [*shape]
+    var: jax.Array  # float32 [*shape]
+    count: jax.Array  # float32 []
+
+
+def init_moments(shape: tuple[int, ...]) -> RunningMoments:
+    return RunningMoments(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.asarray(1e-4, jnp.float32))
+
+
+def update_moments(moments: RunningMoments, batch: jax.Array, weight: jax.Array | None = None) -> RunningMoments:
+    """Fold a batch `[N, *shape]` into the moments; `weight [N]` (0/1) leaves rows out."""
+    w = jnp.ones(batch.shape[:1], jnp.float32) if weight is None else weight.astype(jnp.float32)
+    n = w.sum()
+    w = w.reshape(w.shape + (1,) * (batch.ndim - 1))
+    batch_mean = (w * batch).sum(axis=0) / jnp.maximum(n, 1.0)
+    batch_var = (w * (batch - batch_mean) ** 2).sum(axis=0) / jnp.maximum(n, 1.0)
+    total = moments.count + n
+    delta = batch_mean - moments.mean
+    mean = moments.mean + delta * n / total
+    m2 = moments.var * moments.count + batch_var * n + delta**2 * moments.count * n / total
+    return RunningMoments(mean, m2 / total, total)
+
+
+def normalize(moments: RunningMoments, x: jax.Array, clip: float = 10.0) -> jax.Array:
+    return jnp.clip((x - moments.mean) / jnp.sqrt(moments.var + 1e-8), -clip, clip)
+
+
+class RewardScale(NamedTuple):
+    """Scales rewards by the standard deviation of the discounted return (as in PPO's reference code)."""
+
+    discounted_return: jax.Array  # float32 [num_envs]
+    moments: RunningMoments  # of the discounted return, scalar
+
+
+def init_reward_scale(num_envs: int) -> RewardScale:
+    return RewardScale(jnp.zeros((num_envs,), jnp.float32), init_moments(()))
+
+
+def scale_rewards(
+    scale: RewardScale, reward: jax.Array, done: jax.Array, valid: jax.Array, gamma: float
+) -> tuple[RewardScale, jax.Array]:
+    """Update with one batched step and return the scaled rewards `[num_envs]`.
+
+    `valid` is False on EnvPool's reset steps, which are no transitions and are left out.
+    """
+    ret = jnp.where(valid, scale.discounted_return * gamma + reward, scale.discounted_return)
+    moments = update_moments(scale.moments, ret, valid)
+    scaled = reward / jnp.sqrt(moments.var + 1e-8)
+    return RewardScale(jnp.where(done, 0.0, ret), moments), scaled

@@ -1,0 +1,92 @@
+"""`python -m jaxrl_fast.train`: train an agent; `--help` lists every flag with its resolved default.
+
+Defaults come from the environment's preset (envs/<env>.toml, then envs/defaults.toml by
+family), so the command line is parsed twice: once for `--env` and `--algo`, then in full.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from jaxrl_fast.config import ALGOS, TrainConfig
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def validate(config: TrainConfig) -> None:
+    """Raise ConfigError naming the flag for sizes that cannot work together."""
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise ConfigError(message)
+
+    need(config.total_steps > 0, f"--total-steps must be positive, got {config.total_steps}")
+    need(config.num_envs > 0, f"--num-envs must be positive, got {config.num_envs}")
+    need(config.num_threads >= 0, f"--num-threads must be 0 (auto) or positive, got {config.num_threads}")
+    need(config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}")
+    need(config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}")
+    need(config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}")
+    if config.algo == "ppo":
+        ppo = config.ppo
+        need(ppo.num_steps > 0, f"--ppo.num-steps must be positive, got {ppo.num_steps}")
+        need(ppo.update_epochs > 0, f"--ppo.update-epochs must be positive, got {ppo.update_epochs}")
+        need(ppo.num_minibatches > 0, f"--ppo.num-minibatches must be positive, got {ppo.num_minibatches}")
+        batch = config.num_envs * ppo.num_steps
+        need(
+            batch % ppo.num_minibatches == 0,
+            f"--ppo.num-minibatches {ppo.num_minibatches} does not divide the batch "
+            f"--num-envs x --ppo.num-steps = {config.num_envs} x {ppo.num_steps} = {batch}",
+        )
+        need(batch <= config.total_steps, f"--total-steps {config.total_steps} is smaller than one batch ({batch} samples)")
+        need(0.0 < ppo.gamma <= 1.0, f"--ppo.gamma must be in (0, 1], got {ppo.gamma}")
+        need(0.0 <= ppo.gae_lambda <= 1.0, f"--ppo.gae-lambda must be in [0, 1], got {ppo.gae_lambda}")
+        need(ppo.learning_rate > 0, f"--ppo.learning-rate must be positive, got {ppo.learning_rate}")
+        need(len(ppo.hidden_sizes) > 0 and min(ppo.hidden_sizes) > 0, f"--ppo.hidden-sizes must be positive sizes, got {ppo.hidden_sizes}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    """Resolve the env's preset, then parse every flag on top of it, then validate."""
+    import tyro
+
+    from jaxrl_fast.env import check_env_id
+    from jaxrl_fast.presets import resolve_defaults
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--env", default=TrainConfig.env)
+    pre.add_argument("--algo", default=TrainConfig.algo)
+    known, _ = pre.parse_known_args(argv)
+    if known.algo not in ALGOS:
+        raise ConfigError(f"--algo: unknown algorithm {known.algo!r}; choose from {', '.join(ALGOS)}")
+    family = check_env_id(known.env)
+    defaults = resolve_defaults(known.env, known.algo, family)
+    config = tyro.cli(TrainConfig, default=defaults, args=argv, description=__doc__.splitlines()[0])
+    validate(config)
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from jaxrl_fast.env import EnvError
+    from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
+    from jaxrl_fast.presets import PresetError
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = parse_args(argv)
+        check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+    except (ConfigError, EnvError, PresetError, RunDirError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from jaxrl_fast.trainer import train
+
+    train(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
