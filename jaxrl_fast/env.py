@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -132,15 +133,17 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, **options
     import envpool
 
     check_env_id(env_id)
-    return envpool.make(
-        env_id,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        batch_size=num_envs,
-        num_threads=num_threads,
-        seed=seed,
-        **options,
-    )
+    with warnings.catch_warnings():  # gymnasium notes that float64 Box bounds become float32: expected
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+        return envpool.make(
+            env_id,
+            env_type="gymnasium",
+            num_envs=num_envs,
+            batch_size=num_envs,
+            num_threads=num_threads,
+            seed=seed,
+            **options,
+        )
 
 
 def spec_of(pool: Any, env_id: str) -> EnvSpec:
@@ -206,16 +209,23 @@ def wire_struct(dtype: Any, shape: Any) -> jax.ShapeDtypeStruct:
 def float64_words_to_float32(words: jax.Array) -> jax.Array:
     """IEEE-754 binary64 given as little-endian uint32 pairs `[..., 2]` -> float32 `[...]`.
 
-    Rounds to nearest; values beyond float32's range become +-inf, subnormals become 0.
+    Exact round-to-nearest-even, as numpy's cast; beyond float32's range gives +-inf, and
+    values below its smallest normal (1.2e-38) flush to 0.
     """
     lo, hi = words[..., 0], words[..., 1]
-    negative = (hi >> 31) == 1
-    exponent = ((hi >> 20) & 0x7FF).astype(jnp.int32)
-    fraction = (hi & 0xFFFFF).astype(jnp.float32) * (2.0**-20) + lo.astype(jnp.float32) * (2.0**-52)
-    normal = jnp.ldexp(1.0 + fraction, exponent - 1023)
-    special = jnp.where(fraction == 0, jnp.inf, jnp.nan)
-    magnitude = jnp.where(exponent == 0, 0.0, jnp.where(exponent == 0x7FF, special, normal))
-    return jnp.where(negative, -magnitude, magnitude).astype(jnp.float32)
+    exponent = (hi >> 20) & 0x7FF
+    mantissa = ((hi & 0xFFFFF) << 3) | (lo >> 29)  # the 23 bits float32 keeps
+    rest = lo & 0x1FFFFFFF  # the 29 bits it drops
+    half = jnp.uint32(1 << 28)
+    round_up = (rest > half) | ((rest == half) & ((mantissa & 1) == 1))
+    exponent32 = exponent.astype(jnp.int32) - (1023 - 127)
+    # a carry out of the mantissa bumps the exponent, and past the top lands exactly on inf
+    bits = (jnp.clip(exponent32, 0, 255).astype(jnp.uint32) << 23) + mantissa + round_up.astype(jnp.uint32)
+    bits = jnp.minimum(bits, jnp.uint32(0x7F800000))
+    bits = jnp.where(exponent32 <= 0, jnp.uint32(0), bits)
+    is_nan = ((hi & 0xFFFFF) | lo) != 0
+    bits = jnp.where(exponent == 0x7FF, jnp.where(is_nan, jnp.uint32(0x7FC00000), jnp.uint32(0x7F800000)), bits)
+    return lax.bitcast_convert_type((hi & jnp.uint32(0x80000000)) | bits, jnp.float32)
 
 
 def float32_to_float64_words(x: jax.Array) -> jax.Array:
@@ -236,7 +246,7 @@ def int64_words_to_int32(words: jax.Array) -> jax.Array:
 
 def int32_to_int64_words(x: jax.Array) -> jax.Array:
     x = x.astype(jnp.int32)
-    return jnp.stack([lax.bitcast_convert_type(x, jnp.uint32), jnp.where(x < 0, 0xFFFFFFFF, 0).astype(jnp.uint32)], -1)
+    return jnp.stack([lax.bitcast_convert_type(x, jnp.uint32), jnp.where(x < 0, jnp.uint32(0xFFFFFFFF), jnp.uint32(0))], -1)
 
 
 def from_wire(value: jax.Array, dtype: Any) -> jax.Array:

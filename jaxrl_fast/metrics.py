@@ -39,6 +39,8 @@ def check_run_dir(path: Path) -> None:
     existing = path
     while not existing.exists():  # the nearest ancestor that exists decides writability
         existing = existing.parent
+    if not existing.is_dir():
+        raise RunDirError(f"--run-dir: {path} is not writable ({existing} is not a directory)")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise RunDirError(f"--run-dir: {path} is not writable (no write permission on {existing})")
 

@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
     from jaxrl_fast.presets import PresetError
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("jaxrl_fast").setLevel(logging.INFO)
     try:
         config = parse_args(argv)
         check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))

@@ -163,6 +163,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
             payload = jax.device_get(EvalPayload(algo.policy_params(state.algo), state.obs_moments))
             final = evaluator.evaluate(payload, steps)
             on_result(final)
+    except Exception:  # a failing final evaluation is reported; the run's data stays intact
+        evaluator.failures += 1
+        log.exception("final evaluation failed")
     finally:
         evaluator.close()
         progress.close()

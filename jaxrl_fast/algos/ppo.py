@@ -136,7 +136,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
             optax.apply_updates(state.params.actor, actor_updates),
             optax.apply_updates(state.params.critic, critic_updates),
         )
-        metrics["train/grad_norm"] = optax.global_norm(grads)
+        metrics["train/grad_norm"] = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))
         return PPOState(params, ActorCriticOptStates(actor_opt, critic_opt)), metrics
 
     def update(state: PPOState, rollout: Rollout, key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:

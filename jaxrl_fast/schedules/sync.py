@@ -64,6 +64,7 @@ class CallMetrics(NamedTuple):
 class SyncLoop(NamedTuple):
     init: Callable[[jax.Array, Any, jax.Array], LoopState]
     run: Callable[[LoopState, jax.Array], tuple[LoopState, CallMetrics]]
+    collect: Callable[[LoopState], LoopState]  # jitted: one rollout, no update (for benchmarks)
     steps_per_iteration: int
     iterations_per_call: int
 
@@ -123,11 +124,14 @@ def make_sync_loop(
         carry = carry._replace(handle=handle, obs=step.obs, episodes=episodes, obs_moments=moments, reward_scale=reward_scale)
         return carry, (transition, finished)
 
+    def collect(state: LoopState, key: jax.Array) -> tuple[LoopState, Transition, EpisodeStats]:
+        """One rollout of `rollout_length` steps per env with the current policy; `[T, B, ...]`."""
+        state, (transitions, finished) = lax.scan(env_step, state, jax.random.split(key, algo.rollout_length))
+        return state, transitions, finished
+
     def iteration(state: LoopState) -> tuple[LoopState, dict[str, jax.Array], EpisodeStats]:
         key, rollout_key, update_key = jax.random.split(state.key, 3)
-        state, (transitions, finished) = lax.scan(
-            env_step, state, jax.random.split(rollout_key, algo.rollout_length)
-        )
+        state, transitions, finished = collect(state, rollout_key)
         rollout = Rollout(transitions, last_obs=observe(options, state.obs_moments, state.obs))
         algo_state, metrics = algo.update(state.algo, rollout, update_key)
         state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
@@ -163,6 +167,7 @@ def make_sync_loop(
     return SyncLoop(
         init=init,
         run=jax.jit(run, donate_argnums=0),
+        collect=jax.jit(lambda state: collect(state, state.key)[0], donate_argnums=0),
         steps_per_iteration=num_envs * algo.rollout_length,
         iterations_per_call=iterations_per_call,
     )

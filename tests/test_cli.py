@@ -1,0 +1,85 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxrl_fast.train import main
+
+
+def run_cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run(
+        [sys.executable, "-m", "jaxrl_fast.train", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
+
+
+def test_cli_trains_and_writes_the_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli("--total-steps", "6000", "--eval-interval", "2048", "--log-interval", "2048", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "step" in proc.stderr and "done:" in proc.stderr  # plain progress lines off a terminal
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env"] == "CartPole-v1" and config["algo"] == "ppo" and config["total_steps"] == 6000
+    assert config["ppo"]["num_steps"] == 32  # from envs/CartPole-v1.toml
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all("step" in line and "wall_s" in line for line in lines)
+    train_lines = [line for line in lines if "sps" in line]
+    eval_lines = [line for line in lines if "eval_return_mean" in line]
+    assert train_lines and all("train/policy_loss" in line and "train/value_loss" in line for line in train_lines)
+    assert len(eval_lines) >= 2 and all({"eval_return_std", "eval_episodes"} <= set(line) for line in eval_lines)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {"final_eval_return_mean", "steps", "wall_s", "sps", "update_frames_per_s"} <= set(summary)
+    assert summary["steps"] == 5888  # whole iterations: 23 x 8 envs x 32 steps
+    assert list(run_dir.glob("events.out.tfevents.*"))
+
+
+def test_help_shows_preset_resolved_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--env", "Pendulum-v1", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--algo", "--env", "--seed", "--total-steps", "--num-envs", "--run-dir", "--target-return",
+                 "--eval-interval", "--eval-episodes", "--ppo.learning-rate"):
+        assert flag in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "CartPole-v2"], "Did you mean: CartPole-v1"),
+        (["--env", "Pong-v5"], "vector observations"),
+        (["--algo", "a2c"], "--algo"),
+        (["--ppo.num-minibatches", "3"], "--ppo.num-minibatches 3 does not divide"),
+        (["--num-envs", "0"], "--num-envs must be positive"),
+    ],
+)
+def test_bad_input_gets_a_one_line_error_and_writes_nothing(tmp_path, capsys, args, message):
+    run_dir = tmp_path / "run"
+    assert main([*args, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not run_dir.exists()
+
+
+def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "config.json").write_text("{}")
+    assert main(["--run-dir", str(used)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert main(["--run-dir", str(a_file / "run")]) == 2
+    assert "not writable" in capsys.readouterr().err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user that can write anywhere")
+        assert main(["--run-dir", str(locked / "run")]) == 2
+        assert "not writable" in capsys.readouterr().err
+    finally:
+        locked.chmod(0o700)

@@ -1,0 +1,136 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast import env as adapter
+from jaxrl_fast.env import EnvError, init_episode_state, make_pool, make_xla_env, track_episodes
+
+
+def rollout(xla_env, actions):
+    """Step a real EnvPool batch inside one jitted scan; returns the Step fields and episode flags."""
+
+    def body(carry, action):
+        handle, episodes = carry
+        handle, step = xla_env.step(handle, action)
+        reset_step = episodes.reset_step
+        episodes, finished = track_episodes(episodes, step)
+        return (handle, episodes), (step, reset_step, finished)
+
+    xla_env.reset()
+    run = jax.jit(lambda h, a: jax.lax.scan(body, (h, init_episode_state(xla_env.spec.num_envs)), a))
+    (_, episodes), out = run(jnp.asarray(xla_env.handle), actions)
+    return jax.device_get(out), jax.device_get(episodes)
+
+
+@pytest.mark.parametrize(
+    "env_id, obs_shape, discrete, action",
+    [
+        ("CartPole-v1", (4,), True, 2),
+        ("Pendulum-v1", (3,), False, (1,)),
+        ("HalfCheetah-v4", (17,), False, (6,)),
+    ],
+)
+def test_specs_and_dtypes(env_id, obs_shape, discrete, action):
+    xla_env = make_xla_env(env_id, num_envs=3, num_threads=1, seed=0)
+    spec = xla_env.spec
+    assert spec.obs_shape == obs_shape and spec.discrete == discrete and spec.num_envs == 3
+    if discrete:
+        assert spec.num_actions == action
+        actions = jnp.zeros((5, 3), jnp.int32)
+    else:
+        assert spec.action_shape == action and len(spec.action_low) == np.prod(action)
+        assert all(lo < hi for lo, hi in zip(spec.action_low, spec.action_high))
+        actions = jnp.zeros((5, 3, *action), jnp.float32)
+    assert xla_env.reset().dtype == np.float32
+    steps, _, _ = rollout(xla_env, actions)[0]
+    assert steps.obs.shape == (5, 3, *obs_shape) and steps.obs.dtype == np.float32
+    assert steps.reward.dtype == np.float32 and steps.terminated.dtype == np.bool_
+    assert steps.elapsed_step.dtype == np.int32
+    np.testing.assert_array_equal(steps.elapsed_step[:, 0], np.arange(1, 6))
+
+
+def test_mujoco_jitted_steps_match_envpool_numpy_api_in_32_bit_mode():
+    """The 64-bit hazard: float64 MuJoCo specs under JAX's default 32-bit mode."""
+    assert not jax.config.jax_enable_x64
+    n, horizon = 4, 30
+    actions = np.random.default_rng(0).uniform(-1, 1, size=(horizon, n, 6)).astype(np.float32)
+    xla_env = make_xla_env("HalfCheetah-v4", num_envs=n, num_threads=1, seed=3)
+    steps = rollout(xla_env, jnp.asarray(actions))[0][0]
+
+    reference = make_pool("HalfCheetah-v4", num_envs=n, num_threads=1, seed=3)
+    reference.reset()
+    for t in range(horizon):
+        obs, reward, terminated, truncated, _ = reference.step(actions[t].astype(np.float64))
+        assert obs.dtype == np.float64
+        np.testing.assert_allclose(steps.obs[t], obs.astype(np.float32), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(steps.reward[t], reward, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(steps.terminated[t], terminated & ~truncated)
+
+
+def test_float64_wire_conversion_matches_numpy_casts():
+    values = np.array(
+        [0.0, -0.0, 1.0, -2.5, 1e-3, np.pi, 1e30, -1e-30, 3.5e38, 1e-45, np.inf, -np.inf, 123456.789], np.float64
+    )
+    words = jnp.asarray(values.view(np.uint32).reshape(-1, 2))
+    out = np.asarray(jax.jit(adapter.float64_words_to_float32)(words))
+    expected = values.astype(np.float32)
+    expected[np.abs(expected) < np.finfo(np.float32).tiny] = 0.0  # subnormals flush to zero
+    np.testing.assert_array_equal(out, expected)
+    assert np.isnan(adapter.float64_words_to_float32(jnp.asarray(np.array([np.nan]).view(np.uint32).reshape(1, 2))))
+
+    floats = np.array([0.0, 1.0, -0.75, 3.3e38, 1e-20, np.inf], np.float32)
+    round_trip = np.asarray(adapter.float32_to_float64_words(jnp.asarray(floats))).reshape(-1).view(np.float64)
+    np.testing.assert_array_equal(round_trip, floats.astype(np.float64))
+
+
+def test_wire_buffers_always_have_the_spec_byte_size():
+    for dtype, shape in [(np.float64, [4, 17]), (np.int64, [4]), (np.float32, [4, 3]), (np.uint8, [8]), (np.bool_, [2])]:
+        struct = adapter.wire_struct(dtype, shape)
+        assert np.prod(struct.shape) * np.dtype(struct.dtype).itemsize == np.prod(shape) * np.dtype(dtype).itemsize
+    with pytest.raises(EnvError):
+        adapter.wire_struct(np.complex128, [2])
+
+
+def test_auto_reset_steps_are_masked_and_episode_statistics_are_exact():
+    n, horizon = 4, 400
+    xla_env = make_xla_env("CartPole-v1", num_envs=n, num_threads=1, seed=0)
+    actions = jax.random.randint(jax.random.key(0), (horizon, n), 0, 2)
+    (steps, reset_step, finished), episodes = rollout(xla_env, actions)
+    done = steps.terminated | steps.truncated
+    assert done.sum() > 10  # random play ends many CartPole episodes
+    # the step after every episode end is EnvPool's reset step: flagged, elapsed 0, reward 0, no end
+    after = np.zeros_like(done)
+    after[1:] = done[:-1]
+    np.testing.assert_array_equal(reset_step, after)
+    assert (steps.elapsed_step[after] == 0).all() and (steps.reward[after] == 0).all() and not done[after].any()
+    # CartPole pays 1 per step: every finished episode's return equals its length and its clock
+    assert finished.count.sum() == done.sum()
+    np.testing.assert_allclose(finished.return_sum.sum(), steps.elapsed_step[done].sum())
+    np.testing.assert_array_equal(finished.length_sum.sum(), steps.elapsed_step[done].sum())
+    # running statistics cover the valid steps since each env's last episode end
+    valid_steps = (~reset_step).sum(0)
+    per_env_finished = np.array([steps.elapsed_step[done[:, i], i].sum() for i in range(n)])
+    np.testing.assert_array_equal(per_env_finished + episodes.episode_length, valid_steps)
+
+
+def test_time_limit_is_truncation_not_termination():
+    n = 2
+    xla_env = make_xla_env("Pendulum-v1", num_envs=n, num_threads=1, seed=0)
+    (steps, _, finished), _ = rollout(xla_env, jnp.zeros((410, n, 1), jnp.float32))
+    assert not steps.terminated.any()
+    ends = np.argwhere(steps.truncated)
+    np.testing.assert_array_equal(sorted(set(ends[:, 0])), [199, 400])  # 200 steps, a reset step, 200 steps
+    assert (finished.length_sum[[199, 400]] == 200 * n).all()
+
+
+def test_unknown_env_id_suggests_close_matches():
+    with pytest.raises(EnvError, match="CartPole-v1"):
+        adapter.check_env_id("CartPole-v2")
+    with pytest.raises(EnvError, match="HalfCheetah"):
+        adapter.check_env_id("halfcheetah-v4")
+
+
+def test_image_observation_envs_are_refused_with_reason():
+    with pytest.raises(EnvError, match="vector observations"):
+        adapter.check_env_id("Pong-v5")

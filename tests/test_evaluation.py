@@ -1,0 +1,95 @@
+import dataclasses
+import json
+import threading
+
+import numpy as np
+
+from jaxrl_fast import evaluation
+from jaxrl_fast.evaluation import Evaluator
+from jaxrl_fast.presets import resolve_defaults
+from jaxrl_fast.trainer import train
+
+
+def constant_policy(payload, obs):
+    return np.zeros(obs.shape[0], np.int32)
+
+
+def test_evaluator_runs_one_episode_per_env_and_reports():
+    results = []
+    done = threading.Event()
+    evaluator = Evaluator("CartPole-v1", 5, 0, constant_policy, lambda r: (results.append(r), done.set()), 500)
+    try:
+        evaluator.request(None, step=123)
+        assert done.wait(60)
+    finally:
+        evaluator.close()
+    (result,) = results
+    assert result.step == 123 and result.returns.shape == (5,)
+    assert (result.returns == result.lengths).all() and (result.lengths < 50).all()  # always pushing left falls fast
+
+
+def test_slow_evaluation_never_blocks_requests_and_newest_request_wins():
+    started, release = threading.Event(), threading.Event()
+    steps = []
+
+    def blocking_policy(payload, obs):
+        started.set()
+        release.wait(60)
+        return constant_policy(payload, obs)
+
+    evaluator = Evaluator("CartPole-v1", 2, 0, blocking_policy, lambda r: steps.append(r.step), 500)
+    try:
+        evaluator.request(None, 1)
+        assert started.wait(60)  # the first evaluation is now stuck in the policy
+        for step in (2, 3, 4):  # these return at once although the evaluator is busy
+            evaluator.request(None, step)
+        assert evaluator.skipped == 2
+        release.set()
+        assert evaluator.wait_idle(60)
+    finally:
+        evaluator.close()
+    assert steps == [1, 4]
+
+
+def test_failing_evaluation_is_logged_and_counted_and_the_thread_survives(caplog):
+    calls = []
+
+    def flaky_policy(payload, obs):
+        calls.append(payload)
+        if payload == "bad":
+            raise RuntimeError("boom")
+        return constant_policy(payload, obs)
+
+    results = []
+    evaluator = Evaluator("CartPole-v1", 2, 0, flaky_policy, results.append, 500)
+    try:
+        evaluator.request("bad", 1)
+        assert evaluator.wait_idle(60)
+        evaluator.request("good", 2)
+        assert evaluator.wait_idle(60)
+    finally:
+        evaluator.close(timeout=30)
+    assert evaluator.failures == 1 and "boom" in evaluator.last_error
+    assert [r.step for r in results] == [2]
+    assert "evaluation at step 1 failed" in caplog.text
+    assert not evaluator._thread.is_alive()  # shutdown joined
+
+
+def test_training_survives_an_evaluator_that_always_raises(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("evaluation exploded")
+
+    monkeypatch.setattr(evaluation, "run_episodes", broken)
+    config = dataclasses.replace(
+        resolve_defaults("CartPole-v1", "ppo", "classic_control"),
+        total_steps=8192,
+        eval_interval=1024,
+        log_interval=2048,
+        run_dir=tmp_path / "run",
+        progress="off",
+    )
+    summary = train(config)
+    assert summary["steps"] == 8192 and summary["final_eval_return_mean"] is None
+    assert summary["eval_failures"] >= 2  # in-loop ones and the final one
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [2048, 4096, 6144, 8192]

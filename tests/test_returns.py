@@ -1,0 +1,55 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast.ops.returns import generalized_advantage_estimation as gae
+
+GAMMA, LAMBDA = 0.9, 0.5
+REWARD = np.array([1.0, 2.0, 3.0], np.float32)
+VALUE = np.array([0.5, 1.0, 1.5], np.float32)
+NEXT_VALUE = np.array([1.0, 1.5, 2.0], np.float32)
+NONE = np.zeros(3, bool)
+AT_1 = np.array([False, True, False])
+
+# Worked by hand: delta = r + 0.9 * (1 - term) * V' - V ; A_t = delta_t + 0.45 * (1 - done_t) * A_{t+1}
+CASES = {
+    # deltas 1.4, 2.35, 3.3
+    "no episode end": (NONE, NONE, [1.4 + 0.45 * (2.35 + 0.45 * 3.3), 2.35 + 0.45 * 3.3, 3.3]),
+    # step 1 terminates: delta_1 = 2 - 1 = 1, and the trace stops there
+    "terminated": (AT_1, NONE, [1.4 + 0.45 * 1.0, 1.0, 3.3]),
+    # step 1 is truncated: it bootstraps (delta_1 = 2.35) but the trace still stops
+    "truncated": (NONE, AT_1, [1.4 + 0.45 * 2.35, 2.35, 3.3]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gae_matches_hand_computed_values_under_jit(name):
+    terminated, truncated, expected = CASES[name]
+    fn = jax.jit(gae, static_argnums=(5, 6))
+    out = fn(REWARD, VALUE, NEXT_VALUE, terminated, truncated, GAMMA, LAMBDA)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_gae_vmaps_over_streams():
+    terminated = np.stack([c[0] for c in CASES.values()], axis=1)  # [T, 3 streams]
+    truncated = np.stack([c[1] for c in CASES.values()], axis=1)
+    expected = np.stack([c[2] for c in CASES.values()], axis=1)
+    tile = lambda x: np.repeat(x[:, None], 3, axis=1)  # noqa: E731
+    batched = jax.jit(jax.vmap(gae, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1), static_argnums=(5, 6))
+    out = batched(tile(REWARD), tile(VALUE), tile(NEXT_VALUE), terminated, truncated, GAMMA, LAMBDA)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_gae_scan_matches_plain_loop_on_random_streams():
+    rng = np.random.default_rng(0)
+    T = 64
+    r, v, nv = (rng.normal(size=T).astype(np.float32) for _ in range(3))
+    term, trunc = rng.random(T) < 0.1, rng.random(T) < 0.05
+    expected, adv = np.zeros(T), 0.0
+    for t in reversed(range(T)):
+        delta = r[t] + 0.99 * (1 - term[t]) * nv[t] - v[t]
+        adv = delta + 0.99 * 0.95 * (1 - (term[t] | trunc[t])) * adv
+        expected[t] = adv
+    np.testing.assert_allclose(gae(r, v, nv, term, trunc, 0.99, 0.95), expected, rtol=1e-4, atol=1e-5)
+    assert gae(jnp.asarray(r), v, nv, term, trunc, 0.99, 0.95).dtype == jnp.float32
