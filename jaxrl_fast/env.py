@@ -23,11 +23,12 @@ wire shape is checked against the spec's byte size before the first call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import sys
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -133,8 +134,7 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, **options
     import envpool
 
     check_env_id(env_id)
-    with warnings.catch_warnings():  # gymnasium notes that float64 Box bounds become float32: expected
-        warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+    with quiet_spaces():
         return envpool.make(
             env_id,
             env_type="gymnasium",
@@ -146,9 +146,18 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, **options
         )
 
 
+@contextlib.contextmanager
+def quiet_spaces() -> Iterator[None]:
+    """Gymnasium warns that EnvPool's float64 Box bounds are cast to float32: expected here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+        yield
+
+
 def spec_of(pool: Any, env_id: str) -> EnvSpec:
-    space = pool.single_action_space if hasattr(pool, "single_action_space") else pool.action_space
-    obs_space = pool.single_observation_space if hasattr(pool, "single_observation_space") else pool.observation_space
+    with quiet_spaces():
+        space = pool.single_action_space if hasattr(pool, "single_action_space") else pool.action_space
+        obs_space = pool.single_observation_space if hasattr(pool, "single_observation_space") else pool.observation_space
     discrete = hasattr(space, "n")
     if discrete:
         num_actions, shape, low, high = int(space.n), (), (), ()
