@@ -23,17 +23,19 @@ wire shape is checked against the spec's byte size before the first call.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import sys
 import warnings
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import ffi, lax
+
+# Gymnasium warns whenever EnvPool's float64 Box bounds are cast to float32: expected, and noise.
+warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 
 # Families whose observations are flat vectors an MLP can take.
 VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text")
@@ -134,30 +136,20 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, **options
     import envpool
 
     check_env_id(env_id)
-    with quiet_spaces():
-        return envpool.make(
-            env_id,
-            env_type="gymnasium",
-            num_envs=num_envs,
-            batch_size=num_envs,
-            num_threads=num_threads,
-            seed=seed,
-            **options,
-        )
-
-
-@contextlib.contextmanager
-def quiet_spaces() -> Iterator[None]:
-    """Gymnasium warns that EnvPool's float64 Box bounds are cast to float32: expected here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
-        yield
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=num_envs,
+        num_threads=num_threads,
+        seed=seed,
+        **options,
+    )
 
 
 def spec_of(pool: Any, env_id: str) -> EnvSpec:
-    with quiet_spaces():
-        space = pool.single_action_space if hasattr(pool, "single_action_space") else pool.action_space
-        obs_space = pool.single_observation_space if hasattr(pool, "single_observation_space") else pool.observation_space
+    space = pool.single_action_space if hasattr(pool, "single_action_space") else pool.action_space
+    obs_space = pool.single_observation_space if hasattr(pool, "single_observation_space") else pool.observation_space
     discrete = hasattr(space, "n")
     if discrete:
         num_actions, shape, low, high = int(space.n), (), (), ()
