@@ -10,7 +10,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-ALGOS = ("ppo",)
+ALGOS = ("ppo", "sac", "td3", "dqn")
+OFF_POLICY = ("sac", "td3", "dqn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +42,81 @@ class PPOConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """Soft Actor-Critic (Haarnoja et al. 2018): twin critics, automatic entropy tuning."""
+
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    batch_size: int = 256
+    learning_starts: int = 5_000
+    """Environment steps of uniform random actions before the first update."""
+    utd_ratio: float = 1.0
+    """Gradient updates per environment step (fractions allowed: 0.25 is one update per 4 steps)."""
+    n_step: int = 1
+    """n-step returns, read off the replay stream."""
+    gamma: float = 0.99
+    tau: float = 0.005
+    """Polyak rate of the target critics."""
+    actor_lr: float = 3e-4
+    critic_lr: float = 1e-3
+    alpha_lr: float = 1e-3
+    init_alpha: float = 1.0
+    autotune: bool = True
+    """Tune the entropy temperature towards -action_dim."""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
+
+
+@dataclasses.dataclass(frozen=True)
+class TD3Config:
+    """Twin Delayed DDPG (Fujimoto et al. 2018): target policy smoothing, delayed actor updates."""
+
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    learning_starts: int = 25_000
+    utd_ratio: float = 1.0
+    n_step: int = 1
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise, as a fraction of the action range's half-width."""
+    policy_noise: float = 0.2
+    noise_clip: float = 0.5
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """DQN (Mnih et al. 2015) with double-DQN targets (van Hasselt et al. 2016)."""
+
+    buffer_size: int = 100_000
+    batch_size: int = 128
+    learning_starts: int = 1_000
+    utd_ratio: float = 0.25
+    n_step: int = 1
+    gamma: float = 0.99
+    learning_rate: float = 2.5e-4
+    target_update_interval: int = 500
+    """Gradient updates between hard target-network copies."""
+    start_epsilon: float = 1.0
+    end_epsilon: float = 0.05
+    exploration_fraction: float = 0.5
+    """Fraction of the run over which epsilon decays linearly."""
+    max_grad_norm: float = 10.0
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Train an agent on an EnvPool environment. Defaults come from the env's preset in envs/."""
 
-    algo: Literal["ppo"] = "ppo"
+    algo: Literal["ppo", "sac", "td3", "dqn"] = "ppo"
     """Algorithm."""
     env: str = "CartPole-v1"
     """EnvPool task id (envpool.list_all_envs() lists them)."""
@@ -71,7 +143,17 @@ class TrainConfig:
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"
     """Live progress bar on a terminal, plain periodic lines otherwise."""
+    placement: Literal["auto", "single", "split"] = "auto"
+    """Off-policy: 'split' updates the actor and the critic as separate programs on separate devices,
+    'single' fuses everything into one program on one device, 'auto' splits when 2+ devices exist."""
+    exchange: Literal["fresh", "lagged"] = "fresh"
+    """With split placement: 'fresh' gives each update the other role's newest parameters (same
+    results as single); 'lagged' gives the actor the critic from one update earlier, so both
+    updates run at the same time."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
+    td3: TD3Config = dataclasses.field(default_factory=TD3Config)
+    dqn: DQNConfig = dataclasses.field(default_factory=DQNConfig)
 
 
 def algo_config(config: TrainConfig) -> Any:

@@ -1,23 +1,77 @@
-"""Placement: the only module that decides on which device state and computation live."""
+"""Placement: the only module that decides on which device state and computation live.
+
+Three places matter: where EnvPool's step and the behaviour policy run (`acting`, the host CPU
+unless EnvPool has a GPU target), and the devices of the two learner roles, the actor (policy)
+and the critic. `single` gives both roles the same devices; `split` gives them disjoint halves
+of the devices, so their updates run as separate programs that overlap. A role with several
+devices updates data-parallel over them (batch sharded, parameters replicated).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import jax
 
 
-def fused_loop_device(env: Any) -> jax.Device:
-    """Where the fused acting-and-learning program runs.
+class PlacementError(ValueError):
+    pass
 
-    EnvPool's XLA step is a host custom call; wheels built without CUDA register it for the CPU
-    platform only, so with no GPU target the fused loop runs on the CPU device.
-    """
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    mode: str  # "single" or "split"
+    acting: jax.Device
+    actor: tuple[jax.Device, ...]
+    critic: tuple[jax.Device, ...]
+
+    @property
+    def fused(self) -> bool:
+        """Acting and both updates can share one program: everything is on the acting device."""
+        return self.actor == self.critic == (self.acting,)
+
+    def describe(self) -> dict:
+        return {
+            "mode": self.mode,
+            "acting": describe(self.acting),
+            "actor": ",".join(describe(d) for d in self.actor),
+            "critic": ",".join(describe(d) for d in self.critic),
+            "fused": self.fused,
+        }
+
+
+def describe(device: jax.Device) -> str:
+    return f"{device.platform}:{device.id}"
+
+
+def fused_loop_device(env) -> jax.Device:
+    """Where EnvPool's XLA step can run: wheels built without CUDA register it for the CPU only."""
     default = jax.devices()[0]
     if default.platform == "cpu" or getattr(env, "has_gpu_step", False):
         return default
     return jax.devices("cpu")[0]
 
 
-def describe(device: jax.Device) -> str:
-    return f"{device.platform}:{device.id}"
+def learner_devices() -> list[jax.Device]:
+    """The devices learner roles may use: the accelerators, or else the (possibly fake) CPU devices."""
+    return list(jax.devices())
+
+
+def resolve_placement(requested: str, env=None, devices: list[jax.Device] | None = None) -> Placement:
+    devices = learner_devices() if devices is None else devices
+    acting = fused_loop_device(env) if env is not None else devices[0]
+    if requested == "auto":
+        requested = "split" if len(devices) >= 2 else "single"
+    if requested == "single":
+        roles = (acting,) if devices[0].platform == acting.platform else tuple(devices)
+        return Placement("single", acting, roles, roles)
+    if requested == "split":
+        if len(devices) < 2:
+            raise PlacementError(
+                f"--placement split needs two or more devices, found {len(devices)} "
+                f"({', '.join(describe(d) for d in devices)}); on a CPU, "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=2 makes two"
+            )
+        half = len(devices) // 2
+        return Placement("split", acting, tuple(devices[:half]), tuple(devices[half:]))
+    raise PlacementError(f"--placement: unknown placement {requested!r}; choose auto, single or split")

@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Sequence
 
-from jaxrl_fast.config import ALGOS, TrainConfig
+from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig
 
 
 class ConfigError(ValueError):
@@ -31,6 +31,23 @@ def validate(config: TrainConfig) -> None:
     need(config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}")
     need(config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}")
     need(config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}")
+    if config.algo in OFF_POLICY:
+        hyper = getattr(config, config.algo)
+        flag = f"--{config.algo}"
+        need(hyper.batch_size > 0, f"{flag}.batch-size must be positive, got {hyper.batch_size}")
+        need(hyper.buffer_size >= hyper.batch_size,
+             f"{flag}.buffer-size {hyper.buffer_size} is smaller than one batch ({flag}.batch-size {hyper.batch_size})")
+        need(hyper.utd_ratio > 0, f"{flag}.utd-ratio must be positive, got {hyper.utd_ratio}")
+        need(hyper.learning_starts >= 0, f"{flag}.learning-starts must be 0 or positive, got {hyper.learning_starts}")
+        need(hyper.n_step >= 1, f"{flag}.n-step must be at least 1, got {hyper.n_step}")
+        need(0.0 < hyper.gamma <= 1.0, f"{flag}.gamma must be in (0, 1], got {hyper.gamma}")
+        need(hyper.buffer_size >= hyper.learning_starts or hyper.learning_starts == 0,
+             f"{flag}.buffer-size {hyper.buffer_size} cannot hold the {hyper.learning_starts} warm-up steps ({flag}.learning-starts)")
+        need(hyper.learning_starts < config.total_steps,
+             f"--total-steps {config.total_steps} leaves no learning after {flag}.learning-starts {hyper.learning_starts}")
+        need(not config.normalize_observations and not config.scale_rewards,
+             f"--normalize-observations and --scale-rewards are on-policy options; {config.algo} stores raw "
+             "observations and rewards in its replay buffer")
     if config.algo == "ppo":
         ppo = config.ppo
         need(ppo.num_steps > 0, f"--ppo.num-steps must be positive, got {ppo.num_steps}")
@@ -70,9 +87,35 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     return config
 
 
+def check_devices(config: TrainConfig) -> None:
+    """Refuse a placement the present devices cannot give, and a replay buffer that cannot fit."""
+    if config.algo not in OFF_POLICY:
+        return
+    from jaxrl_fast.env import probe_spec
+    from jaxrl_fast.placement import resolve_placement
+    from jaxrl_fast.replay import check_fits, replay_nbytes
+
+    placement = resolve_placement(config.placement)
+    spec = probe_spec(config.env)
+    if config.algo == "dqn" and not spec.discrete:
+        raise ConfigError(f"--algo dqn: {config.env} has continuous actions; DQN needs discrete actions (use sac, td3 or ppo)")
+    if config.algo in ("sac", "td3") and spec.discrete:
+        raise ConfigError(f"--algo {config.algo}: {config.env} has discrete actions; use dqn or ppo")
+    hyper = getattr(config, config.algo)
+    nbytes = replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, "float32", spec.action_shape,
+                           "int32" if spec.discrete else "float32")
+    from jaxrl_fast.replay import ReplayError
+
+    try:
+        check_fits(nbytes, placement.critic[0], f"--{config.algo}.buffer-size")
+    except ReplayError as error:
+        raise ConfigError(str(error)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from jaxrl_fast.env import EnvError
     from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
+    from jaxrl_fast.placement import PlacementError
     from jaxrl_fast.presets import PresetError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -80,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_args(argv)
         check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
-    except (ConfigError, EnvError, PresetError, RunDirError) as error:
+        check_devices(config)
+    except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from jaxrl_fast.trainer import train

@@ -7,19 +7,21 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast import placement
-from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.config import TrainConfig, algo_config, to_dict
+from jaxrl_fast.algos import make_algorithm, make_off_policy_algorithm
+from jaxrl_fast.config import OFF_POLICY, TrainConfig, algo_config, to_dict
 from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator
 from jaxrl_fast.metrics import PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir, write_json
-from jaxrl_fast.schedules.sync import EnvOptions, EvalPayload, make_sync_loop, observe
+from jaxrl_fast.schedules.acting import EnvOptions, observe
+from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, off_policy_plan
+from jaxrl_fast.schedules.sync import EvalPayload, make_sync_loop
 
 log = logging.getLogger(__name__)
 
@@ -32,25 +34,106 @@ class Plan:
 
     num_threads: int
     steps_per_iteration: int
+    warmup_steps: int  # off-policy: random-action steps before learning (learning_starts)
     total_iterations: int
     iterations_per_call: int
     eval_every_iterations: int
+    update_frames_per_iteration: int
 
     @property
     def total_steps(self) -> int:
-        return self.total_iterations * self.steps_per_iteration
+        return self.warmup_steps + self.total_iterations * self.steps_per_iteration
 
 
-def make_plan(config: TrainConfig, rollout_length: int) -> Plan:
-    steps_per_iteration = config.num_envs * rollout_length
-    total_iterations = max(1, config.total_steps // steps_per_iteration)
+def make_plan(config: TrainConfig, steps_per_iteration: int, warmup_steps: int, update_frames_per_iteration: int) -> Plan:
+    total_iterations = max(1, (config.total_steps - warmup_steps) // steps_per_iteration)
     return Plan(
         num_threads=config.num_threads or min(config.num_envs, os.cpu_count() or 1),
         steps_per_iteration=steps_per_iteration,
+        warmup_steps=warmup_steps,
         total_iterations=total_iterations,
         iterations_per_call=min(total_iterations, max(1, config.log_interval // steps_per_iteration)),
         eval_every_iterations=max(1, round(config.eval_interval / steps_per_iteration)) if config.eval_interval else 0,
+        update_frames_per_iteration=update_frames_per_iteration,
     )
+
+
+class Driver:
+    """What the trainer needs of a schedule: start (init, warm-up, compile), run n iterations, the policy.
+
+    `run(n)` returns host metrics: (train metrics dict, finished-episode stats).
+    """
+
+    def __init__(self, config: TrainConfig, env, evaluator_request: Callable[[Any, int], None]):
+        self.config = config
+        self.env = env
+        self.options = EnvOptions(config.normalize_observations, config.scale_rewards,
+                                  getattr(algo_config(config), "gamma", 0.99))
+        self._request = evaluator_request
+        if config.algo in OFF_POLICY:
+            self._init_off_policy()
+        else:
+            self._init_on_policy()
+
+    # -- on-policy: the fused sync loop ----------------------------------------------------
+    def _init_on_policy(self) -> None:
+        config, env = self.config, self.env
+        algo = make_algorithm(config, env.spec)
+        self.act_deterministic = algo.act_deterministic
+        self.placement = {"mode": "single", "fused": placement.describe(placement.fused_loop_device(env))}
+        self.device = placement.fused_loop_device(env)
+        spi = config.num_envs * algo.rollout_length
+        self.plan = make_plan(config, spi, 0, algo.update_frames_per_iteration)
+        loop = make_sync_loop(algo, env, self.options, self.plan.iterations_per_call, self.plan.eval_every_iterations,
+                              self._on_eval)
+
+        def start() -> float:
+            with jax.default_device(self.device):
+                self.state = jax.jit(loop.init)(jax.random.key(config.seed), env.handle, env.reset())
+                begin = time.perf_counter()
+                self._run = loop.run.lower(self.state, jnp.int32(0)).compile()  # before the clock starts
+                return time.perf_counter() - begin
+
+        def run(n: int):
+            self.state, metrics = self._run(self.state, jnp.int32(n))
+            metrics = jax.device_get(metrics)
+            return metrics.train, metrics.episodes
+
+        self.start, self.run = start, run
+        self.eval_payload = lambda: jax.device_get(EvalPayload(algo.policy_params(self.state.algo), self.state.env.obs_moments))
+
+    # -- off-policy: replay, role placement ------------------------------------------------
+    def _init_off_policy(self) -> None:
+        config, env = self.config, self.env
+        hyper = algo_config(config)
+        algo = make_off_policy_algorithm(config, env.spec)
+        self.act_deterministic = algo.act_deterministic
+        where = placement.resolve_placement(config.placement, env)
+        self.placement = where.describe() | {"exchange": config.exchange}
+        plan = off_policy_plan(hyper, config.num_envs)
+        spi = plan.rollout_length * config.num_envs
+        self.plan = make_plan(config, spi, plan.warmup_iterations * spi, plan.updates_per_iteration * plan.batch_size)
+        self.off_policy_plan = plan
+        loop = make_off_policy_loop(algo, env, self.options, plan, where, config.exchange,
+                                    self.plan.iterations_per_call, self.plan.eval_every_iterations, self._on_eval)
+
+        def start() -> float:
+            self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
+            begin = time.perf_counter()
+            self.state, _ = loop.warmup(self.state)  # compiles the acting program and fills the buffer
+            self.state, _, _ = loop.run(self.state, 0)  # compiles the learning program(s)
+            jax.block_until_ready(self.state)
+            return time.perf_counter() - begin
+
+        def run(n: int):
+            self.state, metrics, episodes = loop.run(self.state, n)
+            return jax.device_get(metrics), jax.device_get(episodes)
+
+        self.start, self.run = start, run
+        self.eval_payload = lambda: jax.device_get(EvalPayload(loop.acting_params(self.state), self.state.env.obs_moments))
+
+    def _on_eval(self, payload: Any, iteration: Any) -> None:
+        self._request(payload, self.plan.warmup_steps + int(iteration) * self.plan.steps_per_iteration)
 
 
 class TargetWatch:
@@ -72,21 +155,20 @@ class TargetWatch:
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train as configured; returns the summary that is also written to `summary.json`."""
     run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
-    hyper = algo_config(config)
     threads = config.num_threads or min(config.num_envs, os.cpu_count() or 1)
     env = make_xla_env(config.env, config.num_envs, threads, config.seed)
-    algo = make_algorithm(config, env.spec)
-    plan = make_plan(config, algo.rollout_length)
-    device = placement.fused_loop_device(env)
-    options = EnvOptions(config.normalize_observations, config.scale_rewards, getattr(hyper, "gamma", 0.99))
+    evaluator_box: list[Evaluator] = []
+    driver = Driver(config, env, lambda payload, step: evaluator_box[0].request(payload, step))
+    plan = driver.plan
 
     resolved = to_dict(config) | {
         "run_dir": str(run_dir),
         "num_threads": plan.num_threads,
         "schedule": "sync",
-        "placement": {"fused": placement.describe(device)},
-        "plan": dataclasses.asdict(plan),
+        "placement": driver.placement,
+        "plan": dataclasses.asdict(plan) | ({"off_policy": driver.off_policy_plan._asdict()} if hasattr(driver, "off_policy_plan") else {}),
         "env_spec": dataclasses.asdict(env.spec),
+        "devices": [placement.describe(d) for d in jax.devices()],
         "versions": {"jax": jax.__version__, "envpool": _version("envpool"), "flax": _version("flax")},
     }
     write_json(run_dir / "config.json", resolved)
@@ -94,7 +176,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     progress = ProgressDisplay(plan.total_steps, config.progress)
     progress.message(
         f"{config.algo} on {config.env}: {plan.total_steps:,d} steps, {config.num_envs} envs, "
-        f"{plan.num_threads} EnvPool threads, device {placement.describe(device)} -> {run_dir}"
+        f"{plan.num_threads} EnvPool threads, placement {driver.placement} -> {run_dir}"
     )
     target = TargetWatch(config.target_return)
 
@@ -110,9 +192,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         progress.set_eval(result.step, result.mean, result.std)
         target.observe(result)
 
-    policy = jax.jit(
-        lambda payload, obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs))
-    )
+    options = driver.options
+    policy = jax.jit(lambda payload, obs: driver.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
     evaluator = Evaluator(
         config.env,
         config.eval_episodes,
@@ -121,47 +202,37 @@ def train(config: TrainConfig) -> dict[str, Any]:
         on_result,
         env.spec.max_episode_steps,
     )
-
-    def on_eval(payload: EvalPayload, iteration: Any) -> None:
-        evaluator.request(payload, int(iteration) * plan.steps_per_iteration)
-
-    loop = make_sync_loop(algo, env, options, plan.iterations_per_call, plan.eval_every_iterations, on_eval)
+    evaluator_box.append(evaluator)
     done, interrupted, train_time, compile_s = 0, False, 0.0, 0.0
     try:
-        with jax.default_device(device):
-            state = jax.jit(loop.init)(jax.random.key(config.seed), env.handle, env.reset())
-            start = time.perf_counter()
-            run = loop.run.lower(state, jnp.int32(0)).compile()  # compile once, before the clock starts
-            compile_s = time.perf_counter() - start
-            while done < plan.total_iterations and not target.reached.is_set():
-                n = min(plan.iterations_per_call, plan.total_iterations - done)
-                start = time.perf_counter()
-                state, metrics = run(state, jnp.int32(n))
-                metrics = jax.device_get(metrics)
-                elapsed = time.perf_counter() - start
-                train_time += elapsed
-                done += n
-                step = done * plan.steps_per_iteration
-                sps = n * plan.steps_per_iteration / elapsed
-                record: dict[str, Any] = {"sps": sps, "update_frames_per_s": n * algo.update_frames_per_iteration / elapsed}
-                record.update({k: float(v) for k, v in metrics.train.items()})
-                episodes = int(metrics.episodes.count)
-                if episodes:
-                    record["train/episode_return"] = float(metrics.episodes.return_sum) / episodes
-                    record["train/episode_length"] = float(metrics.episodes.length_sum) / episodes
-                record["train/episodes"] = episodes
-                sink.write(step, record)
-                progress.update(step, sps)
+        compile_s = driver.start()
+        while done < plan.total_iterations and not target.reached.is_set():
+            n = min(plan.iterations_per_call, plan.total_iterations - done)
+            begin = time.perf_counter()
+            train_metrics, episodes = driver.run(n)
+            elapsed = time.perf_counter() - begin
+            train_time += elapsed
+            done += n
+            step = plan.warmup_steps + done * plan.steps_per_iteration
+            sps = n * plan.steps_per_iteration / elapsed
+            record: dict[str, Any] = {"sps": sps, "update_frames_per_s": n * plan.update_frames_per_iteration / elapsed}
+            record.update({k: float(v) for k, v in train_metrics.items()})
+            count = int(episodes.count)
+            if count:
+                record["train/episode_return"] = float(episodes.return_sum) / count
+                record["train/episode_length"] = float(episodes.length_sum) / count
+            record["train/episodes"] = count
+            sink.write(step, record)
+            progress.update(step, sps)
     except KeyboardInterrupt:
         interrupted = True
         progress.message("interrupted: writing the summary of what ran")
-    steps = done * plan.steps_per_iteration
+    steps = plan.warmup_steps + done * plan.steps_per_iteration if done else 0
     final: EvalResult | None = None
     try:
         if done and not interrupted:
             evaluator.wait_idle(timeout=600)
-            payload = jax.device_get(EvalPayload(algo.policy_params(state.algo), state.obs_moments))
-            final = evaluator.evaluate(payload, steps)
+            final = evaluator.evaluate(driver.eval_payload(), steps)
             on_result(final)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         evaluator.failures += 1
@@ -176,8 +247,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "wall_s": time.time() - PROCESS_START,
         "train_s": train_time,
         "compile_s": compile_s,
-        "sps": steps / train_time if train_time else None,
-        "update_frames_per_s": done * algo.update_frames_per_iteration / train_time if train_time else None,
+        "sps": done * plan.steps_per_iteration / train_time if train_time else None,
+        "update_frames_per_s": done * plan.update_frames_per_iteration / train_time if train_time else None,
         "target_return": config.target_return,
         "eval_failures": evaluator.failures,
         "eval_skipped": evaluator.skipped,

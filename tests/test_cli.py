@@ -83,3 +83,34 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
         assert "not writable" in capsys.readouterr().err
     finally:
         locked.chmod(0o700)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--algo", "dqn", "--env", "Pendulum-v1"], "continuous actions"),
+        (["--algo", "sac", "--env", "CartPole-v1"], "discrete actions"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--sac.buffer-size", "100", "--sac.batch-size", "256"],
+         "smaller than one batch"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--sac.buffer-size", "4000000000000"], "GiB"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--normalize-observations"], "on-policy options"),
+    ],
+)
+def test_off_policy_bad_input_is_refused(tmp_path, capsys, args, message):
+    run_dir = tmp_path / "run"
+    assert main([*args, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not run_dir.exists()
+
+
+def test_cli_trains_sac_with_split_placement_and_records_it(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli("--algo", "sac", "--env", "Pendulum-v1", "--placement", "split", "--total-steps", "1500",
+                   "--sac.learning-starts", "500", "--eval-interval", "500", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["placement"]["actor"] == "cpu:0" and config["placement"]["critic"] == "cpu:1"
+    assert config["placement"]["exchange"] == "fresh"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 1500 and summary["final_eval_return_mean"] is not None

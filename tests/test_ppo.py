@@ -64,8 +64,8 @@ def test_continuous_ppo_with_normalization_runs_and_stays_finite():
     state, metrics = loop.run(state, jnp.int32(3))
     values = jax.device_get(metrics.train)
     assert all(np.isfinite(v) for v in values.values())
-    assert float(state.obs_moments.count) > 3 * 32 * 4  # observation statistics are run state
-    assert float(state.reward_scale.moments.var) != 1.0
+    assert float(state.env.obs_moments.count) > 3 * 32 * 4  # observation statistics are run state
+    assert float(state.env.reward_scale.moments.var) != 1.0
 
 
 def test_reset_steps_do_not_contribute_to_the_update():

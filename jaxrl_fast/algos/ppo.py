@@ -17,6 +17,7 @@ from jaxrl_fast.data import Act, Algorithm, Rollout
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import make_policy_network, make_value_network
 from jaxrl_fast.ops import distributions as dist
+from jaxrl_fast.ops.losses import global_norm, weighted_mean
 from jaxrl_fast.ops.returns import generalized_advantage_estimation
 
 
@@ -49,10 +50,6 @@ class Batch(NamedTuple):
     advantage: jax.Array
     target: jax.Array  # value target: advantage + V(s)
     weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
-
-
-def weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
-    return (x * weight).sum() / jnp.maximum(weight.sum(), 1.0)
 
 
 def num_iterations(total_steps: int, num_envs: int, config: PPOConfig) -> int:
@@ -136,7 +133,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
             optax.apply_updates(state.params.actor, actor_updates),
             optax.apply_updates(state.params.critic, critic_updates),
         )
-        metrics["train/grad_norm"] = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))
+        metrics["train/grad_norm"] = global_norm(grads)
         return PPOState(params, ActorCriticOptStates(actor_opt, critic_opt)), metrics
 
     def update(state: PPOState, rollout: Rollout, key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:

@@ -39,3 +39,14 @@ def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, action: jax.Array) ->
 
 def gaussian_entropy(log_std: jax.Array) -> jax.Array:
     return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+
+def tanh_gaussian_sample_and_log_prob(key: jax.Array, mean: jax.Array, log_std: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Sample a = tanh(u), u ~ N(mean, std); log-prob with the change-of-variables correction.
+
+        log pi(a) = log N(u) - sum_i log(1 - tanh(u_i)^2),
+        log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))   (stable for large |u|)
+    """
+    u = gaussian_sample(key, mean, log_std)
+    log_det = 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+    return jnp.tanh(u), gaussian_log_prob(mean, log_std, u) - log_det.sum(-1)

@@ -1,0 +1,91 @@
+"""DQN with double-DQN targets, a hard-copied target network and a linear epsilon schedule.
+
+DQN has no separate policy network: the critic role holds the online and target Q-networks and
+the behaviour policy is epsilon-greedy in the online Q (`acting_params`). The actor role is empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_fast.config import DQNConfig
+from jaxrl_fast.data import Act, OffPolicyAlgorithm
+from jaxrl_fast.env import EnvSpec
+from jaxrl_fast.networks import make_discrete_q_network
+from jaxrl_fast.ops.losses import weighted_mean
+from jaxrl_fast.replay import Batch
+
+
+class DQNCriticState(NamedTuple):
+    q: Any
+    target_q: Any
+    opt: Any
+    updates: jax.Array  # int32 []
+
+
+def epsilon_at(config: DQNConfig, env_step: jax.Array, total_steps: int) -> jax.Array:
+    """Linear decay from start to end over `exploration_fraction` of the run, then constant."""
+    span = max(1.0, config.exploration_fraction * total_steps)
+    frac = jnp.clip(env_step.astype(jnp.float32) / span, 0.0, 1.0)
+    return config.start_epsilon + frac * (config.end_epsilon - config.start_epsilon)
+
+
+def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlgorithm:
+    if not spec.discrete:
+        raise ValueError(f"--algo dqn: {spec.env_id} has continuous actions; DQN needs discrete actions (use sac, td3 or ppo)")
+    q_net = make_discrete_q_network(spec, config.hidden_sizes, config.activation)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+
+    def init(key: jax.Array) -> tuple[tuple, DQNCriticState]:
+        q = q_net.init(key)
+        return (), DQNCriticState(q, q, optimizer.init(q), jnp.zeros((), jnp.int32))
+
+    def act_deterministic(q: Any, obs: jax.Array) -> jax.Array:
+        return jnp.argmax(q_net.apply(q, obs), axis=-1).astype(jnp.int32)
+
+    def random_act(obs: jax.Array, key: jax.Array) -> Act:
+        action = jax.random.randint(key, (obs.shape[0],), 0, spec.num_actions)
+        return Act(action, action, ())
+
+    def act(q: Any, obs: jax.Array, key: jax.Array, env_step: jax.Array) -> Act:
+        explore_key, random_key = jax.random.split(key)
+        explore = jax.random.uniform(explore_key, (obs.shape[0],)) < epsilon_at(config, env_step, total_steps)
+        action = jnp.where(explore, random_act(obs, random_key).action, act_deterministic(q, obs))
+        return Act(action, action, ())
+
+    def update_critic(state: DQNCriticState, actor: Any, batch: Batch, key: jax.Array):
+        next_action = jnp.argmax(q_net.apply(state.q, batch.next_obs), axis=-1)  # double DQN: online picks
+        next_q = jnp.take_along_axis(q_net.apply(state.target_q, batch.next_obs), next_action[:, None], axis=-1)[:, 0]
+        target = jax.lax.stop_gradient(batch.reward + batch.discount * next_q)
+
+        def loss_fn(q_params):
+            q = jnp.take_along_axis(q_net.apply(q_params, batch.obs), batch.action[:, None].astype(jnp.int32), axis=-1)[:, 0]
+            return weighted_mean(optax.huber_loss(q, target), batch.weight), q.mean()
+
+        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.q)
+        updates, opt_state = optimizer.update(grads, state.opt, state.q)
+        q = optax.apply_updates(state.q, updates)
+        count = state.updates + 1
+        copy = (count % config.target_update_interval) == 0
+        target_q = jax.tree.map(lambda new, old: jnp.where(copy, new, old), q, state.target_q)
+        return DQNCriticState(q, target_q, opt_state, count), {"train/q_loss": loss, "train/q_mean": q_mean}
+
+    def no_actor_update(state: Any, q_params: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
+        return state, {}
+
+    return OffPolicyAlgorithm(
+        init=init,
+        acting_params=lambda actor, critic: critic.q,
+        act=act,
+        random_act=random_act,
+        act_deterministic=act_deterministic,
+        actor_exchange=lambda actor: (),
+        critic_exchange=lambda critic: (),
+        update_critic=update_critic,
+        update_actor=no_actor_update,
+        actor_update_period=0,
+    )

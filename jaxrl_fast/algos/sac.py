@@ -1,0 +1,155 @@
+"""SAC: twin critics, tanh-squashed Gaussian policy, automatic entropy tuning.
+
+Roles: the actor state holds the policy, the temperature and their optimizers; the critic state
+holds the twin Q-functions, their targets and optimizer. The critic update needs the policy and
+the temperature (`actor_exchange`); the actor update needs the online critics (`critic_exchange`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_fast.config import SACConfig
+from jaxrl_fast.data import Act, OffPolicyAlgorithm
+from jaxrl_fast.env import EnvSpec
+from jaxrl_fast.networks import make_q_network, make_squashed_gaussian_policy
+from jaxrl_fast.ops.distributions import tanh_gaussian_sample_and_log_prob
+from jaxrl_fast.ops.losses import polyak, weighted_mean
+from jaxrl_fast.replay import Batch
+
+
+class SACActorState(NamedTuple):
+    policy: Any
+    log_alpha: jax.Array  # float32 []
+    policy_opt: Any
+    alpha_opt: Any
+
+
+class SACCriticState(NamedTuple):
+    q: Any  # twin critics, stacked on a leading axis of 2
+    target_q: Any
+    q_opt: Any
+
+
+class PolicyAndAlpha(NamedTuple):
+    policy: Any
+    log_alpha: jax.Array
+
+
+class ActionScale(NamedTuple):
+    center: jax.Array
+    half_width: jax.Array
+
+    def to_env(self, unit_action: jax.Array) -> jax.Array:
+        return self.center + self.half_width * unit_action
+
+    @property
+    def log_det(self) -> jax.Array:
+        return jnp.log(self.half_width).sum()
+
+
+def action_scale(spec: EnvSpec) -> ActionScale:
+    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+    return ActionScale((high + low) / 2, (high - low) / 2)
+
+
+def uniform_random_act(spec: EnvSpec):
+    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+
+    def random_act(obs: jax.Array, key: jax.Array) -> Act:
+        action = jax.random.uniform(key, (obs.shape[0], *spec.action_shape), minval=low, maxval=high)
+        return Act(action, action, ())
+
+    return random_act
+
+
+def make_sac(config: SACConfig, spec: EnvSpec) -> OffPolicyAlgorithm:
+    if spec.discrete:
+        raise ValueError(f"--algo sac: {spec.env_id} has discrete actions; SAC here is for continuous actions (use dqn or ppo)")
+    policy_net = make_squashed_gaussian_policy(spec, config.hidden_sizes, config.activation)
+    q_net = make_q_network(spec, config.hidden_sizes, config.activation, num_critics=2)
+    scale = action_scale(spec)
+    target_entropy = -float(math.prod(spec.action_shape))
+    policy_opt = optax.adam(config.actor_lr)
+    alpha_opt = optax.adam(config.alpha_lr)
+    q_opt = optax.adam(config.critic_lr)
+
+    def init(key: jax.Array) -> tuple[SACActorState, SACCriticState]:
+        policy_key, q_key = jax.random.split(key)
+        policy = policy_net.init(policy_key)
+        log_alpha = jnp.asarray(math.log(config.init_alpha), jnp.float32)
+        q = q_net.init(q_key)
+        actor = SACActorState(policy, log_alpha, policy_opt.init(policy), alpha_opt.init(log_alpha))
+        return actor, SACCriticState(q, q, q_opt.init(q))
+
+    def sample(policy: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Env-scaled action and its log-probability (with the scaling's Jacobian)."""
+        mean, log_std = policy_net.apply(policy, obs)
+        unit, log_prob = tanh_gaussian_sample_and_log_prob(key, mean, log_std)
+        return scale.to_env(unit), log_prob - scale.log_det
+
+    def act(policy: Any, obs: jax.Array, key: jax.Array, env_step: jax.Array) -> Act:
+        action, _ = sample(policy, obs, key)
+        return Act(action, action, ())
+
+    def act_deterministic(policy: Any, obs: jax.Array) -> jax.Array:
+        mean, _ = policy_net.apply(policy, obs)
+        return scale.to_env(jnp.tanh(mean))
+
+    def update_critic(state: SACCriticState, actor: PolicyAndAlpha, batch: Batch, key: jax.Array):
+        next_action, next_log_prob = sample(actor.policy, batch.next_obs, key)
+        next_q = q_net.apply(state.target_q, batch.next_obs, next_action).min(axis=0)
+        alpha = jnp.exp(actor.log_alpha)
+        target = jax.lax.stop_gradient(batch.reward + batch.discount * (next_q - alpha * next_log_prob))
+
+        def loss_fn(q_params):
+            q = q_net.apply(q_params, batch.obs, batch.action)  # [2, N]
+            return sum(weighted_mean((qi - target) ** 2, batch.weight) for qi in q), q.mean()
+
+        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.q)
+        updates, q_opt_state = q_opt.update(grads, state.q_opt, state.q)
+        q = optax.apply_updates(state.q, updates)
+        new = SACCriticState(q, polyak(state.target_q, q, config.tau), q_opt_state)
+        return new, {"train/critic_loss": loss, "train/q_mean": q_mean}
+
+    def update_actor(state: SACActorState, q_params: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
+        alpha = jnp.exp(state.log_alpha)
+
+        def policy_loss_fn(policy):
+            action, log_prob = sample(policy, obs, key)
+            q = q_net.apply(q_params, obs, action).min(axis=0)
+            return weighted_mean(alpha * log_prob - q, weight), log_prob
+
+        (policy_loss, log_prob), grads = jax.value_and_grad(policy_loss_fn, has_aux=True)(state.policy)
+        updates, policy_opt_state = policy_opt.update(grads, state.policy_opt, state.policy)
+        policy = optax.apply_updates(state.policy, updates)
+        entropy_gap = jax.lax.stop_gradient(log_prob + target_entropy)
+        log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt
+        if config.autotune:
+            alpha_grad = jax.grad(lambda la: weighted_mean(-la * entropy_gap, weight))(state.log_alpha)
+            alpha_updates, alpha_opt_state = alpha_opt.update(alpha_grad, state.alpha_opt, state.log_alpha)
+            log_alpha = optax.apply_updates(state.log_alpha, alpha_updates)
+        metrics = {
+            "train/actor_loss": policy_loss,
+            "train/alpha": jnp.exp(log_alpha),
+            "train/entropy": -weighted_mean(log_prob, weight),
+        }
+        return SACActorState(policy, log_alpha, policy_opt_state, alpha_opt_state), metrics
+
+    return OffPolicyAlgorithm(
+        init=init,
+        acting_params=lambda actor, critic: actor.policy,
+        act=act,
+        random_act=uniform_random_act(spec),
+        act_deterministic=act_deterministic,
+        actor_exchange=lambda actor: PolicyAndAlpha(actor.policy, actor.log_alpha),
+        critic_exchange=lambda critic: critic.q,
+        update_critic=update_critic,
+        update_actor=update_actor,
+        actor_update_period=1,
+    )

@@ -1,0 +1,112 @@
+"""Acting: a policy steps the EnvPool batch inside jit. Shared by every schedule.
+
+The carry holds what the environment side owns: EnvPool's handle, the latest observations, the
+episode bookkeeping, and the observation/reward statistics (run state, checkpointed with it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxrl_fast.data import Act, Transition
+from jaxrl_fast.env import EpisodeState, EpisodeStats, XlaEnv, init_episode_state, track_episodes
+from jaxrl_fast.ops.normalization import (
+    RewardScale,
+    RunningMoments,
+    init_moments,
+    init_reward_scale,
+    normalize,
+    scale_rewards,
+    update_moments,
+)
+
+
+class EnvOptions(NamedTuple):
+    normalize_observations: bool
+    scale_rewards: bool
+    gamma: float  # discount of the return whose std scales rewards
+
+
+class EvalPayload(NamedTuple):
+    """What the evaluator needs to act like the learner's policy."""
+
+    policy: Any
+    obs_moments: RunningMoments
+
+
+class EnvCarry(NamedTuple):
+    handle: jax.Array  # EnvPool's handle, threaded through every XLA step
+    obs: jax.Array  # [B, *obs_shape] latest raw observations
+    episodes: EpisodeState
+    obs_moments: RunningMoments
+    reward_scale: RewardScale
+
+
+def observe(options: EnvOptions, moments: RunningMoments, obs: jax.Array) -> jax.Array:
+    """What the policy sees: raw observations, or normalized ones."""
+    return normalize(moments, obs) if options.normalize_observations else obs
+
+
+def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax.Array) -> EnvCarry:
+    obs = jnp.asarray(first_obs, jnp.float32)
+    moments = init_moments(env.spec.obs_shape)
+    if options.normalize_observations:
+        moments = update_moments(moments, obs)
+    return EnvCarry(jnp.asarray(handle), obs, init_episode_state(env.spec.num_envs), moments, init_reward_scale(env.spec.num_envs))
+
+
+Policy = Callable[[jax.Array, jax.Array], Act]  # (observed obs [B, ...], key) -> Act
+
+
+def make_collect(env: XlaEnv, options: EnvOptions, length: int):
+    """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`."""
+
+    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, EpisodeStats]]:
+        obs = observe(options, carry.obs_moments, carry.obs)
+        act = policy(obs, key)
+        handle, step = env.step(carry.handle, act.env_action)
+        valid = ~carry.episodes.reset_step
+        episodes, finished = track_episodes(carry.episodes, step)
+        reward, reward_scale = step.reward, carry.reward_scale
+        if options.scale_rewards:
+            reward_scale, reward = scale_rewards(reward_scale, step.reward, step.terminated | step.truncated, valid, options.gamma)
+        moments = carry.obs_moments
+        if options.normalize_observations:
+            moments = update_moments(moments, step.obs)
+        transition = Transition(obs, act.action, reward, step.terminated, step.truncated, valid, act.extras)
+        return EnvCarry(handle, step.obs, episodes, moments, reward_scale), (transition, finished)
+
+    def collect(carry: EnvCarry, policy: Policy, key: jax.Array) -> tuple[EnvCarry, Transition, EpisodeStats]:
+        carry, (transitions, finished) = lax.scan(
+            lambda c, k: env_step(policy, c, k), carry, jax.random.split(key, length)
+        )
+        return carry, transitions, jax.tree.map(lambda x: x.sum(0), finished)
+
+    return collect
+
+
+def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations_per_call: int):
+    """Run `iteration(state) -> (state, metrics, finished)` up to `iterations_per_call` times.
+
+    Iterations past `num_iterations` are skipped, so a run's last, shorter call reuses the same
+    compiled program. Returns (state, mean metrics over the run iterations, summed episode stats).
+    """
+    from jaxrl_fast.env import add_stats, init_episode_stats
+
+    metric_shapes = jax.eval_shape(lambda s: iteration(s)[1], state)
+
+    def skip(s):
+        return s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metric_shapes), init_episode_stats()
+
+    def body(carry, index):
+        state, stats = carry
+        state, metrics, finished = lax.cond(index < num_iterations, iteration, skip, state)
+        return (state, add_stats(stats, finished)), metrics
+
+    (state, stats), metrics = lax.scan(body, (state, init_episode_stats()), jnp.arange(iterations_per_call))
+    count = jnp.clip(num_iterations, 1, iterations_per_call)
+    return state, jax.tree.map(lambda x: x.sum(0) / count, metrics), stats

@@ -1,0 +1,345 @@
+"""The `sync` schedule for off-policy algorithms, under either placement.
+
+One iteration: act `rollout_length` steps per env, append the rows to the replay stream, then run
+`updates_per_iteration` gradient updates. One update is a critic step (sample a batch, update the
+critic with the actor's exchange) followed, every `actor_update_period` updates, by an actor step
+(update the actor on the batch's observations with the critic's exchange).
+
+* fused (everything on the acting device): iterations, acting and updates are one jitted
+  program, many iterations per call.
+* roles on their own devices (`split`, or accelerators while EnvPool steps on the CPU): the host
+  dispatches the programs; JAX's asynchronous dispatch lets the actor's and the critic's programs
+  run at the same time on their devices, and only the small exchanged pytrees are copied.
+  `exchange="fresh"` gives the actor step the critic just updated (results equal the fused
+  program's); `"lagged"` gives it the critic of one update earlier, so the two steps of an update
+  overlap. A role with several devices is data-parallel: batch sharded, parameters replicated.
+
+Both arrangements call the same `critic_step` and `actor_step` with the same keys.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxrl_fast.data import OffPolicyAlgorithm, Transition
+from jaxrl_fast.env import EpisodeStats, XlaEnv, add_stats
+from jaxrl_fast.placement import Placement
+from jaxrl_fast.replay import ReplayState, Row, add_many, capacity_rows, init_replay, sample_batch
+from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, scan_iterations
+
+
+class OffPolicyPlan(NamedTuple):
+    rollout_length: int  # env steps per env per iteration
+    updates_per_iteration: int
+    warmup_iterations: int  # iterations of uniform random actions, no updates (learning_starts)
+    batch_size: int
+    n_step: int
+    gamma: float
+    replay_rows: int
+
+
+def off_policy_plan(hyper: Any, num_envs: int) -> OffPolicyPlan:
+    """Whole numbers that hold the update-to-data ratio: U updates per T x num_envs steps."""
+    rollout_length = max(1, math.ceil(1.0 / (hyper.utd_ratio * num_envs)))
+    steps = rollout_length * num_envs
+    return OffPolicyPlan(
+        rollout_length=rollout_length,
+        updates_per_iteration=max(1, round(hyper.utd_ratio * steps)),
+        warmup_iterations=max(1, math.ceil(hyper.learning_starts / steps)),
+        batch_size=hyper.batch_size,
+        n_step=hyper.n_step,
+        gamma=hyper.gamma,
+        replay_rows=capacity_rows(hyper.buffer_size, num_envs),
+    )
+
+
+class OffPolicyState(NamedTuple):
+    actor: Any
+    critic: Any
+    replay: ReplayState
+    env: EnvCarry
+    key: jax.Array
+    iteration: jax.Array  # int32 []: learning iterations completed (warm-up excluded)
+    updates: jax.Array  # int32 []: gradient updates so far
+
+
+class OffPolicyLoop(NamedTuple):
+    init: Callable[[jax.Array, Any, jax.Array], OffPolicyState]
+    warmup: Callable[[OffPolicyState], tuple[OffPolicyState, EpisodeStats]]
+    run: Callable[[OffPolicyState, int], tuple[OffPolicyState, dict, EpisodeStats]]
+    acting_params: Callable[[OffPolicyState], Any]
+    steps_per_iteration: int
+    warmup_steps: int
+
+
+def rows_of(transitions: Transition) -> Row:
+    return Row(transitions.obs, transitions.action, transitions.reward, transitions.terminated,
+               transitions.truncated, transitions.valid)
+
+
+ACTOR_METRICS = ("train/actor_loss", "train/alpha", "train/entropy")
+
+
+def reduce_update_metrics(metrics: dict) -> dict:
+    """Means over the updates of `[U]` metrics; actor metrics over the updates that had an actor step."""
+    actor_updates = metrics["train/actor_updates"].sum()
+    out = {}
+    for name, values in metrics.items():
+        if name == "train/actor_updates":
+            out[name] = actor_updates
+        elif name in ACTOR_METRICS:
+            out[name] = values.sum() / jnp.maximum(actor_updates, 1.0)  # skipped steps report zeros
+        else:
+            out[name] = values.mean()
+    return out
+
+
+class Pieces(NamedTuple):
+    """The pure functions both arrangements are assembled from."""
+
+    init: Callable
+    act_rows: Callable  # (env_carry, params, key, env_step, random) -> (env_carry, rows [T, B], finished)
+    critic_step: Callable  # (critic, replay, actor_exchange, key) -> (critic, obs, weight, metrics)
+    actor_step: Callable  # (actor, critic_exchange, obs, weight, key) -> (actor, metrics)
+    update_once: Callable  # scan body over (key, update index) with carry (actor, critic, replay)
+    iteration_keys: Callable  # key -> (next key, collect key, [U] update keys)
+
+
+def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
+                batch_sharding: Any = None) -> Pieces:
+    collect = make_collect(env, options, plan.rollout_length)
+
+    def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> OffPolicyState:
+        algo_key, loop_key = jax.random.split(key)
+        actor, critic = algo.init(algo_key)
+        env_carry = init_env_carry(env, options, handle, first_obs)
+        rows = jax.eval_shape(lambda: collect(env_carry, algo.random_act, loop_key)[1])
+        example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows_of(rows))
+        zero = jnp.zeros((), jnp.int32)
+        return OffPolicyState(actor, critic, init_replay(plan.replay_rows, example), env_carry, loop_key, zero, zero)
+
+    def act_rows(env_carry: EnvCarry, params: Any, key: jax.Array, env_step: jax.Array, random: bool):
+        policy = algo.random_act if random else (lambda obs, k: algo.act(params, obs, k, env_step))
+        env_carry, transitions, finished = collect(env_carry, policy, key)
+        return env_carry, rows_of(transitions), finished
+
+    def critic_step(critic: Any, replay: ReplayState, actor_exchange: Any, key: jax.Array):
+        sample_key, critic_key, _ = jax.random.split(key, 3)
+        batch = sample_batch(replay, sample_key, plan.batch_size, plan.n_step, plan.gamma)
+        if batch_sharding is not None:  # data parallelism over the role's devices
+            batch = lax.with_sharding_constraint(batch, batch_sharding)
+        critic, metrics = algo.update_critic(critic, actor_exchange, batch, critic_key)
+        return critic, batch.obs, batch.weight, metrics
+
+    def actor_step(actor: Any, critic_exchange: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
+        _, _, actor_key = jax.random.split(key, 3)
+        return algo.update_actor(actor, critic_exchange, obs, weight, actor_key)
+
+    def update_once(carry, inputs):
+        actor, critic, replay = carry
+        key, index = inputs
+        critic, obs, weight, metrics = critic_step(critic, replay, algo.actor_exchange(actor), key)
+        metrics = dict(metrics)
+        if algo.actor_update_period:
+            due = (index + 1) % algo.actor_update_period == 0
+            step = lambda a: actor_step(a, algo.critic_exchange(critic), obs, weight, key)  # noqa: E731
+            shapes = jax.eval_shape(lambda a: step(a)[1], actor)
+            skip = lambda a: (a, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))  # noqa: E731
+            actor, actor_metrics = lax.cond(due, step, skip, actor)
+            metrics.update(actor_metrics)
+            metrics["train/actor_updates"] = due.astype(jnp.float32)
+        else:
+            metrics["train/actor_updates"] = jnp.zeros((), jnp.float32)
+        return (actor, critic, replay), metrics
+
+    def iteration_keys(key: jax.Array):
+        key, collect_key, update_key = jax.random.split(key, 3)
+        return key, collect_key, jax.random.split(update_key, plan.updates_per_iteration)
+
+    return Pieces(init, act_rows, critic_step, actor_step, update_once, iteration_keys)
+
+
+def make_off_policy_loop(
+    algo: OffPolicyAlgorithm,
+    env: XlaEnv,
+    options: EnvOptions,
+    plan: OffPolicyPlan,
+    placement: Placement,
+    exchange: str,
+    iterations_per_call: int,
+    eval_every_iterations: int,
+    on_eval: Callable[[EvalPayload, Any], None] | None,
+) -> OffPolicyLoop:
+    steps_per_iteration = plan.rollout_length * env.spec.num_envs
+    if placement.fused:
+        return _fused_loop(algo, env, options, plan, placement, iterations_per_call, eval_every_iterations, on_eval,
+                           steps_per_iteration)
+    return _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_iterations, on_eval,
+                             steps_per_iteration)
+
+
+def _env_step(plan: OffPolicyPlan, iteration: jax.Array, steps_per_iteration: int) -> jax.Array:
+    return (plan.warmup_iterations + iteration) * steps_per_iteration
+
+
+def _fused_loop(algo, env, options, plan, placement, iterations_per_call, eval_every_iterations, on_eval,
+                steps_per_iteration) -> OffPolicyLoop:
+    pieces = make_pieces(algo, env, options, plan)
+
+    def acting_params(state: OffPolicyState) -> Any:
+        return algo.acting_params(state.actor, state.critic)
+
+    def store(state: OffPolicyState, collect_key: jax.Array, random: bool):
+        env_step = _env_step(plan, state.iteration, steps_per_iteration)
+        env_carry, rows, finished = pieces.act_rows(state.env, acting_params(state), collect_key, env_step, random)
+        return state._replace(env=env_carry, replay=add_many(state.replay, rows)), finished
+
+    def warmup(state: OffPolicyState):
+        def body(state, _):
+            key, collect_key, _ = pieces.iteration_keys(state.key)
+            return store(state._replace(key=key), collect_key, random=True)
+
+        state, finished = lax.scan(body, state, None, length=plan.warmup_iterations)
+        return state, jax.tree.map(lambda x: x.sum(0), finished)
+
+    def iteration(state: OffPolicyState):
+        key, collect_key, update_keys = pieces.iteration_keys(state.key)
+        state, finished = store(state._replace(key=key), collect_key, random=False)
+        indices = state.updates + jnp.arange(plan.updates_per_iteration)
+        (actor, critic, _), metrics = lax.scan(pieces.update_once, (state.actor, state.critic, state.replay), (update_keys, indices))
+        state = state._replace(actor=actor, critic=critic, iteration=state.iteration + 1,
+                               updates=state.updates + plan.updates_per_iteration)
+        if on_eval is not None and eval_every_iterations > 0:
+            payload = EvalPayload(acting_params(state), state.env.obs_moments)
+            lax.cond(state.iteration % eval_every_iterations == 0,
+                     lambda: io_callback(on_eval, None, payload, state.iteration, ordered=False), lambda: None)
+        return state, reduce_update_metrics(metrics), finished
+
+    run_program = jax.jit(lambda s, n: scan_iterations(iteration, s, n, iterations_per_call), donate_argnums=0)
+    init_program = jax.jit(pieces.init)
+    return OffPolicyLoop(
+        init=lambda key, handle, obs: jax.device_put(init_program(key, handle, obs), placement.acting),
+        warmup=jax.jit(warmup, donate_argnums=0),
+        run=lambda state, n: run_program(state, jnp.int32(n)),
+        acting_params=acting_params,
+        steps_per_iteration=steps_per_iteration,
+        warmup_steps=plan.warmup_iterations * steps_per_iteration,
+    )
+
+
+def _mean_metrics(collected: list[dict], device: jax.Device) -> dict:
+    """Means over dicts that may lack actor metrics (no actor step); actor updates are summed."""
+    out = {}
+    for name in sorted({name for metrics in collected for name in metrics}):
+        values = jnp.stack([jax.device_put(jnp.asarray(m[name], jnp.float32), device) for m in collected if name in m])
+        out[name] = values.sum() if name == "train/actor_updates" else values.mean()
+    return out
+
+
+def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_iterations, on_eval,
+                      steps_per_iteration) -> OffPolicyLoop:
+    actor_mesh = Mesh(np.asarray(placement.actor), ("data",))
+    critic_mesh = Mesh(np.asarray(placement.critic), ("data",))
+    on_actor, on_critic = NamedSharding(actor_mesh, PartitionSpec()), NamedSharding(critic_mesh, PartitionSpec())
+    actor_batch = NamedSharding(actor_mesh, PartitionSpec("data"))
+    pieces = make_pieces(algo, env, options, plan, batch_sharding=NamedSharding(critic_mesh, PartitionSpec("data")))
+    acting = placement.acting
+    shared = placement.actor == placement.critic
+
+    def acting_params(state: OffPolicyState) -> Any:
+        return algo.acting_params(state.actor, state.critic)
+
+    def actor_step(actor, critic_x, obs, weight, key):
+        obs, weight = lax.with_sharding_constraint((obs, weight), actor_batch)
+        return pieces.actor_step(actor, critic_x, obs, weight, key)
+
+    def shared_updates(actor, critic, replay, keys, first_index):
+        indices = first_index + jnp.arange(keys.shape[0])
+        (actor, critic, _), metrics = lax.scan(pieces.update_once, (actor, critic, replay), (keys, indices))
+        return actor, critic, reduce_update_metrics(metrics)
+
+    act_program = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
+    add_program = jax.jit(add_many, donate_argnums=0, out_shardings=on_critic)
+    critic_program = jax.jit(pieces.critic_step, donate_argnums=0, out_shardings=on_critic)
+    actor_program = jax.jit(actor_step, donate_argnums=0, out_shardings=on_actor)
+    shared_program = jax.jit(shared_updates, donate_argnums=(0, 1), out_shardings=(on_actor, on_critic, on_critic))
+
+    def init(key, handle, first_obs) -> OffPolicyState:
+        state = jax.jit(pieces.init)(key, handle, first_obs)
+        return state._replace(
+            actor=jax.device_put(state.actor, on_actor),
+            critic=jax.device_put(state.critic, on_critic),
+            replay=jax.device_put(state.replay, on_critic),
+            env=jax.device_put(state.env, acting),
+            key=jax.device_put(state.key, acting),
+        )
+
+    def store(state: OffPolicyState, random: bool):
+        key, collect_key, update_keys = pieces.iteration_keys(state.key)
+        params = None if random else jax.device_put(acting_params(state), acting)
+        env_step = _env_step(plan, state.iteration, steps_per_iteration)
+        env_carry, rows, finished = act_program(state.env, params, collect_key, env_step, random)
+        replay = add_program(state.replay, jax.device_put(rows, on_critic))
+        return state._replace(env=env_carry, replay=replay, key=key), update_keys, finished
+
+    def warmup(state: OffPolicyState):
+        total = None
+        for _ in range(plan.warmup_iterations):
+            state, _, finished = store(state, random=True)
+            total = finished if total is None else add_stats(total, finished)
+        return state, total
+
+    def split_updates(actor, critic, replay, update_keys, first_index: int):
+        actor_x = jax.device_put(algo.actor_exchange(actor), on_critic)
+        critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)  # "lagged": one update old
+        collected = []
+        for k in range(plan.updates_per_iteration):
+            key = update_keys[k]
+            critic, obs, weight, metrics = critic_program(critic, replay, actor_x, jax.device_put(key, on_critic))
+            metrics = dict(metrics, **{"train/actor_updates": 0.0})
+            if algo.actor_update_period and (first_index + k + 1) % algo.actor_update_period == 0:
+                if exchange == "fresh":
+                    critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)
+                actor, actor_metrics = actor_program(actor, critic_x, jax.device_put(obs, on_actor),
+                                                     jax.device_put(weight, on_actor), jax.device_put(key, on_actor))
+                metrics.update(actor_metrics, **{"train/actor_updates": 1.0})
+                actor_x = jax.device_put(algo.actor_exchange(actor), on_critic)
+            if exchange == "lagged":
+                critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)
+            collected.append(metrics)
+        return actor, critic, _mean_metrics(collected, acting)
+
+    def run(state: OffPolicyState, n: int):
+        collected, total = [], None
+        for _ in range(n):
+            state, update_keys, finished = store(state, random=False)
+            total = finished if total is None else add_stats(total, finished)
+            first = int(state.updates)
+            if shared:
+                actor, critic, metrics = shared_program(state.actor, state.critic, state.replay,
+                                                        jax.device_put(update_keys, on_critic), jnp.int32(first))
+            else:
+                actor, critic, metrics = split_updates(state.actor, state.critic, state.replay, update_keys, first)
+            collected.append(metrics)
+            state = state._replace(actor=actor, critic=critic, iteration=state.iteration + 1,
+                                   updates=state.updates + plan.updates_per_iteration)
+            if on_eval is not None and eval_every_iterations > 0 and int(state.iteration) % eval_every_iterations == 0:
+                on_eval(jax.device_get(EvalPayload(acting_params(state), state.env.obs_moments)), int(state.iteration))
+        return state, _mean_metrics(collected, acting), total
+
+    return OffPolicyLoop(
+        init=init,
+        warmup=warmup,
+        run=run,
+        acting_params=acting_params,
+        steps_per_iteration=steps_per_iteration,
+        warmup_steps=plan.warmup_iterations * steps_per_iteration,
+    )

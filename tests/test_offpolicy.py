@@ -1,0 +1,167 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast.algos import make_off_policy_algorithm
+from jaxrl_fast.config import TrainConfig
+from jaxrl_fast.env import env_family, make_xla_env, probe_spec
+from jaxrl_fast.placement import Placement, PlacementError, resolve_placement
+from jaxrl_fast.presets import resolve_defaults
+from jaxrl_fast.replay import Batch
+from jaxrl_fast.schedules.acting import EnvOptions
+from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, off_policy_plan
+from jaxrl_fast.trainer import train
+
+CPU = jax.devices("cpu")
+
+
+def constant_output(params, value):
+    """Zero every kernel and bias, then set the last layer's bias: the network outputs `value`."""
+    params = jax.tree.map(jnp.zeros_like, params)
+    inner = params["params"]
+    last = sorted(k for k in inner if k.startswith("Dense"))[-1]
+    inner[last]["bias"] = jnp.full_like(inner[last]["bias"], 1.0) * jnp.asarray(value)[..., None]
+    return params
+
+
+def pendulum_batch():
+    return Batch(
+        obs=jnp.ones((3, 3)),
+        action=jnp.zeros((3, 1)),
+        reward=jnp.array([1.0, -2.0, 1000.0]),
+        discount=jnp.array([0.99, 0.0, 0.99]),
+        next_obs=jnp.ones((3, 3)),
+        weight=jnp.array([1.0, 1.0, 0.0]),  # the third sample landed on a reset step
+    )
+
+
+def test_sac_losses_match_hand_computed_values():
+    config = TrainConfig(algo="sac", env="Pendulum-v1")
+    algo = make_off_policy_algorithm(config, probe_spec("Pendulum-v1"))
+    actor, critic = algo.init(jax.random.key(0))
+    # online critics output 0.5 and 0.7, target critics 2.0 and 3.0; temperature 0 (log alpha = -inf)
+    critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
+                             target_q=constant_output(critic.target_q, jnp.array([2.0, 3.0])))
+    exchange = algo.actor_exchange(actor)._replace(log_alpha=jnp.asarray(-jnp.inf))
+    _, metrics = algo.update_critic(critic, exchange, pendulum_batch(), jax.random.key(1))
+    # targets: y = r + discount * min(2, 3) = [1 + 0.99 * 2, -2] ; the reset-step sample is left out
+    y = np.array([2.98, -2.0])
+    expected = np.mean((0.5 - y) ** 2) + np.mean((0.7 - y) ** 2)
+    np.testing.assert_allclose(metrics["train/critic_loss"], expected, rtol=1e-6)
+    # actor loss with alpha = exp(0) = 1: mean(log pi - min(Q)) -> min(Q) = 0.5 everywhere
+    actor = actor._replace(log_alpha=jnp.zeros(()))
+    new_actor, metrics = algo.update_actor(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
+    entropy = float(metrics["train/entropy"])
+    np.testing.assert_allclose(metrics["train/actor_loss"], -entropy - 0.5, rtol=1e-5)
+    assert float(metrics["train/alpha"]) != 1.0  # the temperature moved
+
+
+def test_td3_losses_match_hand_computed_values():
+    config = TrainConfig(algo="td3", env="Pendulum-v1")
+    algo = make_off_policy_algorithm(config, probe_spec("Pendulum-v1"))
+    actor, critic = algo.init(jax.random.key(0))
+    critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
+                             target_q=constant_output(critic.target_q, jnp.array([4.0, 3.0])))
+    _, metrics = algo.update_critic(critic, algo.actor_exchange(actor), pendulum_batch(), jax.random.key(1))
+    y = np.array([1 + 0.99 * 3.0, -2.0])  # min of the smoothed-target twins: 3
+    np.testing.assert_allclose(metrics["train/critic_loss"], np.mean((0.5 - y) ** 2) + np.mean((0.7 - y) ** 2), rtol=1e-6)
+    _, metrics = algo.update_actor(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
+    np.testing.assert_allclose(metrics["train/actor_loss"], -0.5, rtol=1e-6)  # -Q1
+
+
+def test_wrong_action_space_is_refused():
+    with pytest.raises(ValueError, match="discrete actions"):
+        make_off_policy_algorithm(TrainConfig(algo="sac"), probe_spec("CartPole-v1"))
+    with pytest.raises(ValueError, match="continuous actions"):
+        make_off_policy_algorithm(TrainConfig(algo="dqn"), probe_spec("Pendulum-v1"))
+
+
+def build(algo_name, env_id, placement, exchange="fresh", num_envs=2, seed=0):
+    config = resolve_defaults(env_id, algo_name, env_family(env_id))
+    hyper = dataclasses.replace(getattr(config, algo_name), learning_starts=64, batch_size=32)
+    config = dataclasses.replace(config, num_envs=num_envs, **{algo_name: hyper})
+    env = make_xla_env(env_id, num_envs, 1, seed)
+    algo = make_off_policy_algorithm(config, env.spec)
+    plan = off_policy_plan(hyper, num_envs)
+    loop = make_off_policy_loop(algo, env, EnvOptions(False, False, 0.99), plan, placement, exchange, 4, 0, None)
+    state = loop.init(jax.random.key(seed), env.handle, env.reset())
+    state, _ = loop.warmup(state)
+    return loop, state, plan
+
+
+def devices_of(tree):
+    return {d for leaf in jax.tree.leaves(tree) for d in leaf.devices()}
+
+
+def test_split_placement_keeps_each_role_on_its_device():
+    placement = resolve_placement("split")
+    assert placement.actor == (CPU[0],) and placement.critic == (CPU[1],)
+    loop, state, _ = build("sac", "Pendulum-v1", placement)
+    assert devices_of(state.actor) == {CPU[0]} and devices_of(state.critic) == {CPU[1]}
+    assert devices_of(state.replay) == {CPU[1]}
+    state, metrics, _ = loop.run(state, 3)
+    assert devices_of(state.actor) == {CPU[0]} and devices_of(state.critic) == {CPU[1]}
+    assert float(metrics["train/actor_updates"]) > 0 and np.isfinite(float(metrics["train/critic_loss"]))
+
+
+@pytest.mark.parametrize("algo_name, env_id", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+def test_split_with_fresh_exchange_matches_single(algo_name, env_id):
+    single = resolve_placement("single")
+    assert single.fused and single.actor == (CPU[0],)
+    results = []
+    for placement in (single, resolve_placement("split")):
+        loop, state, _ = build(algo_name, env_id, placement)
+        state, _, _ = loop.run(state, 4)
+        results.append(jax.device_get((state.actor, state.critic)))
+    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_lagged_exchange_runs_and_differs_from_fresh():
+    params = []
+    for exchange in ("fresh", "lagged"):
+        loop, state, _ = build("sac", "Pendulum-v1", resolve_placement("split"), exchange)
+        state, _, _ = loop.run(state, 3)
+        params.append(jax.device_get(state.actor.policy))
+    diffs = [np.abs(a - b).max() for a, b in zip(jax.tree.leaves(params[0]), jax.tree.leaves(params[1]))]
+    assert max(diffs) > 0
+
+
+def test_data_parallel_role_matches_one_device():
+    """Both roles sharded over both devices (batch split, parameters replicated) == one device."""
+    both = tuple(CPU[:2])
+    results = []
+    for placement in (resolve_placement("single"), Placement("single", CPU[0], both, both)):
+        loop, state, _ = build("sac", "Pendulum-v1", placement)
+        state, _, _ = loop.run(state, 3)
+        results.append(jax.device_get(state.critic.q))
+    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_split_needs_two_devices():
+    with pytest.raises(PlacementError, match="two or more devices"):
+        resolve_placement("split", devices=CPU[:1])
+
+
+@pytest.mark.parametrize("algo_name, budget", [("sac", 10_000), ("td3", 12_000)])
+def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
+    config = dataclasses.replace(
+        resolve_defaults("Pendulum-v1", algo_name, "classic_control"),
+        total_steps=budget, target_return=-200.0, run_dir=tmp_path / "run", progress="off", placement="single",
+    )
+    summary = train(config)
+    assert summary.get("target_step") is not None and summary["target_step"] <= budget
+
+
+def test_dqn_reaches_475_on_cartpole(tmp_path):
+    config = dataclasses.replace(
+        resolve_defaults("CartPole-v1", "dqn", "classic_control"),
+        total_steps=100_000, target_return=475.0, eval_interval=5_000, log_interval=5_000,
+        run_dir=tmp_path / "run", progress="off", placement="single",
+    )
+    summary = train(config)
+    assert summary.get("target_step") is not None and summary["target_step"] <= 100_000
