@@ -235,11 +235,16 @@ def _fused_loop(algo, env, options, plan, placement, iterations_per_call, eval_e
     )
 
 
-def _mean_metrics(collected: list[dict], device: jax.Device) -> dict:
-    """Means over dicts that may lack actor metrics (no actor step); actor updates are summed."""
+def _mean_metrics(collected: list[dict]) -> dict:
+    """Means over per-update metric dicts fetched to the host in one transfer; actor updates are summed.
+
+    Dicts may lack actor metrics (updates without an actor step); those are averaged over the
+    updates that have them.
+    """
+    collected = jax.device_get(collected)
     out = {}
     for name in sorted({name for metrics in collected for name in metrics}):
-        values = jnp.stack([jax.device_put(jnp.asarray(m[name], jnp.float32), device) for m in collected if name in m])
+        values = np.asarray([m[name] for m in collected if name in m], np.float64)
         out[name] = values.sum() if name == "train/actor_updates" else values.mean()
     return out
 
@@ -297,12 +302,10 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
             total = finished if total is None else add_stats(total, finished)
         return state, total
 
-    def split_updates(actor, critic, replay, update_keys, first_index: int):
+    def split_updates(actor, critic, replay, update_keys, first_index: int, collected: list):
         actor_x = jax.device_put(algo.actor_exchange(actor), on_critic)
         critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)  # "lagged": one update old
-        collected = []
-        for k in range(plan.updates_per_iteration):
-            key = update_keys[k]
+        for k, key in enumerate(update_keys):
             critic, obs, weight, metrics = critic_program(critic, replay, actor_x, jax.device_put(key, on_critic))
             metrics = dict(metrics, **{"train/actor_updates": 0.0})
             if algo.actor_update_period and (first_index + k + 1) % algo.actor_update_period == 0:
@@ -315,25 +318,27 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
             if exchange == "lagged":
                 critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)
             collected.append(metrics)
-        return actor, critic, _mean_metrics(collected, acting)
+        return actor, critic
 
     def run(state: OffPolicyState, n: int):
+        # Counters stay on the host (Python ints): reading them from a device would wait for it.
         collected, total = [], None
+        iteration, updates = int(state.iteration), int(state.updates)
         for _ in range(n):
-            state, update_keys, finished = store(state, random=False)
+            state, update_keys, finished = store(state._replace(iteration=iteration), random=False)
             total = finished if total is None else add_stats(total, finished)
-            first = int(state.updates)
             if shared:
                 actor, critic, metrics = shared_program(state.actor, state.critic, state.replay,
-                                                        jax.device_put(update_keys, on_critic), jnp.int32(first))
+                                                        jax.device_put(update_keys, on_critic), jnp.int32(updates))
+                collected.append(metrics)
             else:
-                actor, critic, metrics = split_updates(state.actor, state.critic, state.replay, update_keys, first)
-            collected.append(metrics)
-            state = state._replace(actor=actor, critic=critic, iteration=state.iteration + 1,
-                                   updates=state.updates + plan.updates_per_iteration)
-            if on_eval is not None and eval_every_iterations > 0 and int(state.iteration) % eval_every_iterations == 0:
-                on_eval(jax.device_get(EvalPayload(acting_params(state), state.env.obs_moments)), int(state.iteration))
-        return state, _mean_metrics(collected, acting), total
+                actor, critic = split_updates(state.actor, state.critic, state.replay, list(update_keys), updates, collected)
+            iteration, updates = iteration + 1, updates + plan.updates_per_iteration
+            state = state._replace(actor=actor, critic=critic)
+            if on_eval is not None and eval_every_iterations > 0 and iteration % eval_every_iterations == 0:
+                on_eval(jax.device_get(EvalPayload(acting_params(state), state.env.obs_moments)), iteration)
+        state = state._replace(iteration=jnp.int32(iteration), updates=jnp.int32(updates))
+        return state, _mean_metrics(collected), total
 
     return OffPolicyLoop(
         init=init,

@@ -1,0 +1,151 @@
+"""Off-policy throughput: SAC update frame rate by placement, env steps/s while learning, time to -200.
+
+    python experiments/bench_offpolicy.py                 # all tables -> experiments/results/
+    python experiments/bench_offpolicy.py --batches 256 1024 --skip-time-to-target
+
+Update frame rate (Spreeze's "network update frame rate") = batch size x gradient updates per
+second, for SAC with HalfCheetah-v4 sizes (17-dim observations, 6-dim actions, 256x256 actor and
+twin critics), measured three ways in one process:
+  * update alone: the jitted SAC update (critic step + actor step) scanned over a filled buffer,
+    no environment;
+  * single: training with the fused program (acting + updates), one env, one update per step;
+  * split: training with the actor and the critic on separate devices (fresh and lagged exchange).
+With no accelerator, the devices are two XLA CPU devices sharing the machine's cores.
+
+Time to -200 on Pendulum-v1 is `python -m jaxrl_fast.train --algo sac --env Pendulum-v1` in a
+fresh process per seed, from process start to the first evaluation (10 deterministic episodes,
+every 1,000 steps, as the peers in shared/MISSION.md were measured) whose mean reaches -200.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from jaxrl_fast.algos import make_off_policy_algorithm  # noqa: E402
+from jaxrl_fast.env import make_xla_env  # noqa: E402
+from jaxrl_fast.placement import resolve_placement  # noqa: E402
+from jaxrl_fast.presets import resolve_defaults  # noqa: E402
+from jaxrl_fast.schedules.acting import EnvOptions  # noqa: E402
+from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, make_pieces, off_policy_plan  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+ENV = "HalfCheetah-v4"
+CALL = 64  # iterations per call of the training loop
+
+
+def sac_setup(batch: int, placement_name: str, exchange: str = "fresh"):
+    config = resolve_defaults(ENV, "sac", "mujoco")
+    hyper = dataclasses.replace(config.sac, batch_size=batch, learning_starts=max(2 * batch, 1000), buffer_size=100_000)
+    config = dataclasses.replace(config, sac=hyper, num_envs=1)
+    env = make_xla_env(ENV, 1, 1, seed=0)
+    algo = make_off_policy_algorithm(config, env.spec)
+    plan = off_policy_plan(hyper, 1)
+    placement = resolve_placement(placement_name, env)
+    loop = make_off_policy_loop(algo, env, EnvOptions(False, False, hyper.gamma), plan, placement, exchange, CALL, 0, None)
+    state = loop.init(jax.random.key(0), env.handle, env.reset())
+    state, _ = loop.warmup(state)
+    return algo, env, plan, loop, state
+
+
+def update_alone(batch: int, updates: int) -> float:
+    algo, env, plan, loop, state = sac_setup(batch, "single")
+    pieces = make_pieces(algo, env, EnvOptions(False, False, 0.99), plan)
+
+    def many(carry, keys):
+        indices = jnp.arange(keys.shape[0])
+        return jax.lax.scan(pieces.update_once, carry, (keys, indices))[0]
+
+    program = jax.jit(many, donate_argnums=0)
+    carry = (state.actor, state.critic, state.replay)
+    keys = jax.random.split(jax.random.key(1), updates)
+    carry = program(carry, keys)  # compile
+    jax.block_until_ready(carry)
+    start = time.perf_counter()
+    carry = program(carry, keys)
+    jax.block_until_ready(carry)
+    return batch * updates / (time.perf_counter() - start)
+
+
+def training_rate(batch: int, iterations: int, placement_name: str, exchange: str = "fresh") -> tuple[float, float]:
+    """(update frames/s, env steps/s) while training: one env step and one update per iteration."""
+    _, _, plan, loop, state = sac_setup(batch, placement_name, exchange)
+    state, _, _ = loop.run(state, CALL)  # compile
+    jax.block_until_ready(state)
+    iterations = max(CALL, iterations // CALL * CALL)
+    start = time.perf_counter()
+    for _ in range(iterations // CALL):
+        state, metrics, _ = loop.run(state, CALL)
+    jax.block_until_ready((state, metrics))
+    elapsed = time.perf_counter() - start
+    return iterations * plan.updates_per_iteration * batch / elapsed, iterations * loop.steps_per_iteration / elapsed
+
+
+def time_to_target(seed: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "jaxrl_fast.train", "--algo", "sac", "--env", "Pendulum-v1", "--seed", str(seed),
+               "--target-return", "-200", "--eval-interval", "1000", "--placement", "single", "--run-dir", str(run_dir),
+               "--progress", "off"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr)
+        summary = json.loads((run_dir / "summary.json").read_text())
+    return {"seed": seed, "time_to_target_s": summary.get("time_to_target_s"), "target_step": summary.get("target_step"),
+            "compile_s": summary["compile_s"], "sps": summary["sps"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[256, 1024, 4096, 16384])
+    parser.add_argument("--frames", type=int, default=400_000, help="update frames per timed measurement")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--skip-time-to-target", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench_offpolicy.json")
+    args = parser.parse_args()
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, devices {[str(d) for d in jax.devices()]}"
+    print(f"machine: {machine}")
+    rows = []
+    print("| batch | update alone (frames/s) | single: frames/s | single: env steps/s | split fresh: frames/s | "
+          "split lagged: frames/s | split fresh: env steps/s |")
+    print("|---|---|---|---|---|---|---|")
+    for batch in args.batches:
+        updates = max(4, args.frames // batch)
+        row = {"batch": batch, "update_alone": update_alone(batch, updates)}
+        row["single_frames"], row["single_sps"] = training_rate(batch, updates, "single")
+        row["split_fresh_frames"], row["split_fresh_sps"] = training_rate(batch, updates, "split", "fresh")
+        row["split_lagged_frames"], _ = training_rate(batch, updates, "split", "lagged")
+        rows.append(row)
+        print(f"| {batch} | {row['update_alone']:,.0f} | {row['single_frames']:,.0f} | {row['single_sps']:,.0f} | "
+              f"{row['split_fresh_frames']:,.0f} | {row['split_lagged_frames']:,.0f} | {row['split_fresh_sps']:,.0f} |",
+              flush=True)
+    targets = []
+    if not args.skip_time_to_target:
+        targets = [time_to_target(seed) for seed in range(args.seeds)]
+        print("| seed | time to -200 (s, from process start) | env steps | compile (s) |")
+        print("|---|---|---|---|")
+        for t in targets:
+            print(f"| {t['seed']} | {t['time_to_target_s']:.1f} | {t['target_step']:,} | {t['compile_s']:.1f} |")
+        times = sorted(t["time_to_target_s"] for t in targets)
+        print(f"median time to -200: {times[len(times) // 2]:.1f} s")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine, "update_frame_rate": rows, "time_to_target": targets}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
