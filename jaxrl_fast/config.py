@@ -143,6 +143,14 @@ class TrainConfig:
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"
     """Live progress bar on a terminal, plain periodic lines otherwise."""
+    schedule: Literal["sync", "concurrent", "async"] = "sync"
+    """'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the
+    policy of iteration k while learning on the data of iteration k; deterministic for a seed.
+    'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
+    num_actors: int = 1
+    """async: actor threads, each with its own EnvPool of --num-envs envs."""
+    max_policy_lag: int = 8
+    """async: rows acted by parameters more than this many versions old are dropped."""
     placement: Literal["auto", "single", "split"] = "auto"
     """Off-policy: 'split' updates the actor and the critic as separate programs on separate devices,
     'single' fuses everything into one program on one device, 'auto' splits when 2+ devices exist."""

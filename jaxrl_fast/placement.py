@@ -60,8 +60,8 @@ def learner_devices() -> list[jax.Device]:
 def resolve_placement(requested: str, env=None, devices: list[jax.Device] | None = None) -> Placement:
     devices = learner_devices() if devices is None else devices
     acting = fused_loop_device(env) if env is not None else devices[0]
-    if requested == "auto":
-        requested = "split" if len(devices) >= 2 else "single"
+    if requested == "auto":  # fake CPU devices share the same cores: splitting them only adds copies
+        requested = "split" if len(devices) >= 2 and devices[0].platform != "cpu" else "single"
     if requested == "single":
         roles = (acting,) if devices[0].platform == acting.platform else tuple(devices)
         return Placement("single", acting, roles, roles)

@@ -48,6 +48,15 @@ def validate(config: TrainConfig) -> None:
         need(not config.normalize_observations and not config.scale_rewards,
              f"--normalize-observations and --scale-rewards are on-policy options; {config.algo} stores raw "
              "observations and rewards in its replay buffer")
+    if config.schedule == "async":
+        need(config.algo in OFF_POLICY,
+             f"--schedule async is for the off-policy algorithms (sac, td3, dqn): {config.algo} learns from its own "
+             "policy's rollouts, and rollouts from stale parameters would need an off-policy correction (V-trace) that "
+             "this version does not have; --schedule concurrent gives it a lag of exactly one version, deterministically")
+        need(config.num_actors >= 1, f"--num-actors must be at least 1, got {config.num_actors}")
+        need(config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}")
+        need(config.placement != "split",
+             "--schedule async runs both learner roles on one device group; use --placement single (or auto)")
     if config.algo == "ppo":
         ppo = config.ppo
         need(ppo.num_steps > 0, f"--ppo.num-steps must be positive, got {ppo.num_steps}")

@@ -20,6 +20,9 @@ from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator
 from jaxrl_fast.metrics import PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir, write_json
 from jaxrl_fast.schedules.acting import EnvOptions, observe
+from jaxrl_fast.schedules.asynchronous import AsyncLoop
+from jaxrl_fast.schedules.concurrent import ConcurrentLoop
+from jaxrl_fast.schedules.timing import PhaseClock
 from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, off_policy_plan
 from jaxrl_fast.schedules.sync import EvalPayload, make_sync_loop
 
@@ -70,6 +73,7 @@ class Driver:
         self.options = EnvOptions(config.normalize_observations, config.scale_rewards,
                                   getattr(algo_config(config), "gamma", 0.99))
         self._request = evaluator_request
+        self.warm_iterations = 0  # iterations `start` ran while compiling (they are training too)
         if config.algo in OFF_POLICY:
             self._init_off_policy()
         else:
@@ -84,6 +88,8 @@ class Driver:
         self.device = placement.fused_loop_device(env)
         spi = config.num_envs * algo.rollout_length
         self.plan = make_plan(config, spi, 0, algo.update_frames_per_iteration)
+        if config.schedule == "concurrent":
+            return self._init_concurrent(algo)
         loop = make_sync_loop(algo, env, self.options, self.plan.iterations_per_call, self.plan.eval_every_iterations,
                               self._on_eval)
 
@@ -102,20 +108,44 @@ class Driver:
         self.start, self.run = start, run
         self.eval_payload = lambda: jax.device_get(EvalPayload(algo.policy_params(self.state.algo), self.state.env.obs_moments))
 
+    def _init_concurrent(self, algo) -> None:
+        config, env = self.config, self.env
+        loop = ConcurrentLoop(algo, env, self.options, self.device, PhaseClock(), self._on_eval, self.plan.eval_every_iterations)
+        self.placement = {"mode": "single", "acting": placement.describe(loop.acting), "learner": placement.describe(loop.learner)}
+
+        def start() -> float:
+            begin = time.perf_counter()
+            self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
+            self.state, _, _ = loop.run(self.state, 1)  # compiles both programs; counts as the first iteration
+            self.warm_iterations = 1
+            return time.perf_counter() - begin
+
+        def run(n: int):
+            self.state, metrics, episodes = loop.run(self.state, n)
+            return metrics, episodes
+
+        self.start, self.run = start, run
+        self.eval_payload = lambda: loop.eval_payload(self.state)
+
     # -- off-policy: replay, role placement ------------------------------------------------
     def _init_off_policy(self) -> None:
         config, env = self.config, self.env
         hyper = algo_config(config)
         algo = make_off_policy_algorithm(config, env.spec)
         self.act_deterministic = algo.act_deterministic
-        where = placement.resolve_placement(config.placement, env)
+        requested = "single" if config.schedule == "async" and config.placement == "auto" else config.placement
+        where = placement.resolve_placement(requested, env)
         self.placement = where.describe() | {"exchange": config.exchange}
         plan = off_policy_plan(hyper, config.num_envs)
         spi = plan.rollout_length * config.num_envs
         self.plan = make_plan(config, spi, plan.warmup_iterations * spi, plan.updates_per_iteration * plan.batch_size)
         self.off_policy_plan = plan
+        if config.schedule == "async":
+            return self._init_async(algo, plan, where)
+        concurrent = config.schedule == "concurrent"
         loop = make_off_policy_loop(algo, env, self.options, plan, where, config.exchange,
-                                    self.plan.iterations_per_call, self.plan.eval_every_iterations, self._on_eval)
+                                    self.plan.iterations_per_call, self.plan.eval_every_iterations, self._on_eval,
+                                    concurrent=concurrent, clock=PhaseClock() if concurrent else None)
 
         def start() -> float:
             self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
@@ -131,6 +161,39 @@ class Driver:
 
         self.start, self.run = start, run
         self.eval_payload = lambda: jax.device_get(EvalPayload(loop.acting_params(self.state), self.state.env.obs_moments))
+
+    def _init_async(self, algo, plan, where) -> None:
+        config, env = self.config, self.env
+        loop = AsyncLoop(algo, env, self.options, plan, where.critic[0], config.seed, config.num_actors,
+                         config.max_policy_lag, self._on_eval, self.plan.eval_every_iterations)
+        self.placement = where.describe() | {"actors": config.num_actors}
+
+        def start() -> float:
+            begin = time.perf_counter()
+            self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
+            loop.warmup()  # actors fill the buffer with random actions (and compile their programs)
+            loop.run(1)  # compiles the learner's program; counts as the first iteration
+            self.warm_iterations = 1
+            return time.perf_counter() - begin
+
+        self.start, self.run = start, loop.run
+        self.eval_payload = loop.eval_payload
+        self.close = loop.close
+        def summary_extras(train_s: float) -> dict[str, Any]:
+            ctrl, seconds = loop.controller, max(train_s, 1e-9)
+            return {k.split("/", 1)[1]: v for k, v in loop.stats().items()} | {
+                "production_sps": (ctrl.accepted + ctrl.dropped) / seconds,  # after the warm-up
+                "consumption_frames_per_s": ctrl.consumed / seconds,
+            }
+
+        self.summary_extras = summary_extras
+
+    def close(self) -> None:
+        """Stop whatever threads the schedule runs (async actors)."""
+
+    def summary_extras(self, train_s: float) -> dict[str, Any]:
+        """Schedule-specific figures for summary.json."""
+        return {}
 
     def _on_eval(self, payload: Any, iteration: Any) -> None:
         self._request(payload, self.plan.warmup_steps + int(iteration) * self.plan.steps_per_iteration)
@@ -164,7 +227,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     resolved = to_dict(config) | {
         "run_dir": str(run_dir),
         "num_threads": plan.num_threads,
-        "schedule": "sync",
+        "schedule": config.schedule,
         "placement": driver.placement,
         "plan": dataclasses.asdict(plan) | ({"off_policy": driver.off_policy_plan._asdict()} if hasattr(driver, "off_policy_plan") else {}),
         "env_spec": dataclasses.asdict(env.spec),
@@ -204,8 +267,10 @@ def train(config: TrainConfig) -> dict[str, Any]:
     )
     evaluator_box.append(evaluator)
     done, interrupted, train_time, compile_s = 0, False, 0.0, 0.0
+    error: BaseException | None = None
     try:
         compile_s = driver.start()
+        done = driver.warm_iterations
         while done < plan.total_iterations and not target.reached.is_set():
             n = min(plan.iterations_per_call, plan.total_iterations - done)
             begin = time.perf_counter()
@@ -227,10 +292,15 @@ def train(config: TrainConfig) -> dict[str, Any]:
     except KeyboardInterrupt:
         interrupted = True
         progress.message("interrupted: writing the summary of what ran")
+    except Exception as failure:  # a failing schedule thread: stop everything, keep what was written, report
+        error = failure
+        log.error("training stopped: %s", failure)
+    finally:
+        driver.close()
     steps = plan.warmup_steps + done * plan.steps_per_iteration if done else 0
     final: EvalResult | None = None
     try:
-        if done and not interrupted:
+        if done and not interrupted and error is None:
             evaluator.wait_idle(timeout=600)
             final = evaluator.evaluate(driver.eval_payload(), steps)
             on_result(final)
@@ -253,7 +323,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "eval_failures": evaluator.failures,
         "eval_skipped": evaluator.skipped,
         "interrupted": interrupted,
+        "schedule": config.schedule,
     }
+    summary.update(driver.summary_extras(train_time))
+    if error is not None:
+        summary["error"] = f"{type(error).__name__}: {error}"
     if target.time_s is not None:
         summary["time_to_target_s"] = target.time_s
         summary["target_step"] = target.step
@@ -265,6 +339,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         + (f", target reached at {target.time_s:.1f} s" if target.time_s is not None else "")
         + f" -> {run_dir}"
     )
+    if error is not None:
+        raise error
     return summary
 
 

@@ -114,3 +114,9 @@ def test_cli_trains_sac_with_split_placement_and_records_it(tmp_path):
     assert config["placement"]["exchange"] == "fresh"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 1500 and summary["final_eval_return_mean"] is not None
+
+
+def test_async_ppo_is_refused_with_the_reason(tmp_path, capsys):
+    assert main(["--schedule", "async", "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "--schedule async is for the off-policy algorithms" in err and "V-trace" in err

@@ -20,6 +20,7 @@ Both arrangements call the same `critic_step` and `actor_step` with the same key
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -34,6 +35,7 @@ from jaxrl_fast.env import EpisodeStats, XlaEnv, add_stats
 from jaxrl_fast.placement import Placement
 from jaxrl_fast.replay import ReplayState, Row, add_many, capacity_rows, init_replay, sample_batch
 from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, scan_iterations
+from jaxrl_fast.schedules.timing import PhaseClock
 
 
 class OffPolicyPlan(NamedTuple):
@@ -177,13 +179,18 @@ def make_off_policy_loop(
     iterations_per_call: int,
     eval_every_iterations: int,
     on_eval: Callable[[EvalPayload, Any], None] | None,
+    concurrent: bool = False,
+    clock: PhaseClock | None = None,
 ) -> OffPolicyLoop:
+    """`concurrent=True` is the HTS-RL order: the rows of iteration k+1 are collected with the
+    policy of iteration k while the updates of iteration k run on the buffer as it was before them,
+    so acting never waits for learning and the behaviour policy is exactly one version behind."""
     steps_per_iteration = plan.rollout_length * env.spec.num_envs
-    if placement.fused:
+    if placement.fused and not concurrent:
         return _fused_loop(algo, env, options, plan, placement, iterations_per_call, eval_every_iterations, on_eval,
                            steps_per_iteration)
     return _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_iterations, on_eval,
-                             steps_per_iteration)
+                             steps_per_iteration, concurrent, clock)
 
 
 def _env_step(plan: OffPolicyPlan, iteration: jax.Array, steps_per_iteration: int) -> jax.Array:
@@ -250,7 +257,7 @@ def _mean_metrics(collected: list[dict]) -> dict:
 
 
 def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_iterations, on_eval,
-                      steps_per_iteration) -> OffPolicyLoop:
+                      steps_per_iteration, concurrent=False, clock=None) -> OffPolicyLoop:
     actor_mesh = Mesh(np.asarray(placement.actor), ("data",))
     critic_mesh = Mesh(np.asarray(placement.critic), ("data",))
     on_actor, on_critic = NamedSharding(actor_mesh, PartitionSpec()), NamedSharding(critic_mesh, PartitionSpec())
@@ -320,25 +327,49 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
             collected.append(metrics)
         return actor, critic
 
+    def learn(state: OffPolicyState, replay: ReplayState, update_keys, updates: int, collected: list):
+        if shared:
+            actor, critic, metrics = shared_program(state.actor, state.critic, replay,
+                                                    jax.device_put(update_keys, on_critic), jnp.int32(updates))
+            collected.append(metrics)
+            return actor, critic
+        return split_updates(state.actor, state.critic, replay, list(update_keys), updates, collected)
+
     def run(state: OffPolicyState, n: int):
         # Counters stay on the host (Python ints): reading them from a device would wait for it.
         collected, total = [], None
         iteration, updates = int(state.iteration), int(state.updates)
         for _ in range(n):
-            state, update_keys, finished = store(state._replace(iteration=iteration), random=False)
-            total = finished if total is None else add_stats(total, finished)
-            if shared:
-                actor, critic, metrics = shared_program(state.actor, state.critic, state.replay,
-                                                        jax.device_put(update_keys, on_critic), jnp.int32(updates))
-                collected.append(metrics)
+            if concurrent:  # act with theta_k while learning on the buffer as it was before this act
+                key, collect_key, update_keys = pieces.iteration_keys(state.key)
+                behaviour = jax.device_put(acting_params(state), acting, may_alias=False)  # updates donate theirs
+                env_step = _env_step(plan, iteration, steps_per_iteration)
+                # learner first: it is dispatched asynchronously and runs while EnvPool's program,
+                # synchronous on the CPU, steps the environments
+                dispatched = time.perf_counter()
+                actor, critic = learn(state, state.replay, update_keys, updates, collected)
+                if clock is not None:  # the metrics are the one output the next iteration does not donate
+                    clock.watch("update", dispatched, collected[-1])
+                start = time.perf_counter()
+                env_carry, rows, finished = act_program(state.env, behaviour, collect_key, env_step, False)
+                if clock is not None:
+                    jax.block_until_ready(rows)
+                    clock.interval("env", start, time.perf_counter())
+                replay = add_program(state.replay, jax.device_put(rows, on_critic))  # runs after the reads
+                state = state._replace(env=env_carry, replay=replay, key=key)
             else:
-                actor, critic = split_updates(state.actor, state.critic, state.replay, list(update_keys), updates, collected)
+                state, update_keys, finished = store(state._replace(iteration=iteration), random=False)
+                actor, critic = learn(state, state.replay, update_keys, updates, collected)
+            total = finished if total is None else add_stats(total, finished)
             iteration, updates = iteration + 1, updates + plan.updates_per_iteration
             state = state._replace(actor=actor, critic=critic)
             if on_eval is not None and eval_every_iterations > 0 and iteration % eval_every_iterations == 0:
                 on_eval(jax.device_get(EvalPayload(acting_params(state), state.env.obs_moments)), iteration)
         state = state._replace(iteration=jnp.int32(iteration), updates=jnp.int32(updates))
-        return state, _mean_metrics(collected), total
+        metrics = _mean_metrics(collected)
+        if clock is not None:
+            metrics.update(clock.summary())
+        return state, metrics, total
 
     return OffPolicyLoop(
         init=init,

@@ -1,0 +1,285 @@
+"""The `async` schedule for off-policy algorithms (Spreeze, TianJi): actors and learner at their own pace.
+
+Actor threads each own an EnvPool instance and a jitted acting program. They read the newest
+published parameters (newest wins, with a version number), act a chunk of steps, and hand the rows
+to the learner tagged with the version that produced them. The learner (the trainer's thread)
+writes the rows into the replay buffer, runs its updates and publishes new parameters.
+
+The buffer holds one stream per environment of every actor (`num_actors x num_envs` streams), so
+each stream stays one continuous trajectory: the learner writes a *block* made of the next chunk
+of every actor at once. A chunk acted by parameters more than `max_policy_lag` versions older
+than the learner's when it reaches the buffer is dropped: its rows are still written, to keep the
+stream continuous, but marked invalid, so no update ever samples them; drops are counted.
+
+A `Controller` keeps the run's shape fixed whatever the speeds:
+* replay ratio = samples consumed by updates / samples accepted after the warm-up. Its target is
+  the algorithm's update-to-data ratio x batch size: the learner waits while its next updates
+  would push the ratio past it.
+* actors wait while they are more than `lead` blocks ahead of what the learner has consumed,
+  which also bounds the policy lag.
+Any thread's failure stops every thread and is re-raised in the trainer; `close()` joins them.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_fast.data import OffPolicyAlgorithm
+from jaxrl_fast.env import XlaEnv, add_stats, init_episode_stats, make_xla_env
+from jaxrl_fast.replay import Row, add_many, init_replay
+from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
+from jaxrl_fast.schedules.offpolicy import OffPolicyPlan, make_pieces, reduce_update_metrics
+
+ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
+
+
+class Chunk(NamedTuple):
+    rows: Row  # [T, num_envs, ...] on the learner's device
+    version: int  # parameter version that acted (-1: uniform random warm-up actions)
+    finished: Any  # EpisodeStats of the chunk
+    actor: int
+
+
+class ParameterStore:
+    """Newest-wins parameters with a version number."""
+
+    def __init__(self, params: Any):
+        self._lock = threading.Lock()
+        self._params, self._version = params, 0
+
+    def publish(self, params: Any, version: int) -> None:
+        with self._lock:
+            self._params, self._version = params, version
+
+    def latest(self) -> tuple[Any, int]:
+        with self._lock:
+            return self._params, self._version
+
+
+class Controller:
+    """Balances production and consumption; records waits, lags and drops. Counts are samples."""
+
+    def __init__(self, target_ratio: float, chunk: int, num_actors: int, max_policy_lag: int, stop: threading.Event,
+                 lead: int = 2):
+        self.target_ratio, self.chunk, self.num_actors = target_ratio, chunk, num_actors
+        self.max_policy_lag, self.lead, self.stop = max_policy_lag, lead, stop
+        self.cond = threading.Condition()
+        self.started = [0] * num_actors  # chunks each actor began after its warm-up
+        self.accepted = 0  # samples written as valid after the warm-up
+        self.consumed = 0  # samples drawn by updates
+        self.dropped = 0  # samples written invalid: acted by parameters older than the lag bound
+        self.lags: list[int] = []  # per accepted chunk
+        self.actor_wait_s = 0.0
+        self.learner_wait_s = 0.0
+
+    def _blocks_paid(self) -> float:
+        """Blocks the learner has used up: consumed at the target ratio, or dropped."""
+        return (self.consumed / self.target_ratio + self.dropped) / (self.chunk * self.num_actors)
+
+    def wait_to_start(self, actor: int) -> bool:
+        """Block until `actor` may act its next chunk; False when the run is stopping."""
+        begin = time.perf_counter()
+        with self.cond:
+            while not self.stop.is_set() and self.started[actor] >= self._blocks_paid() + self.lead:
+                self.cond.wait(0.05)
+            self.started[actor] += 1
+            self.actor_wait_s += time.perf_counter() - begin
+        return not self.stop.is_set()
+
+    def learner_may_consume(self, need: int) -> bool:
+        with self.cond:
+            return self.consumed + need <= self.target_ratio * self.accepted + 1e-9
+
+    def note(self, **changes: int) -> None:
+        with self.cond:
+            for name, value in changes.items():
+                setattr(self, name, getattr(self, name) + value)
+            self.cond.notify_all()
+
+    @property
+    def ratio(self) -> float:
+        """Samples consumed by updates per sample accepted after the warm-up."""
+        return self.consumed / max(self.accepted, 1)
+
+
+def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
+    """One chunk per actor, side by side on the env axis; a dropped chunk's rows are marked invalid."""
+    rows = tuple(r._replace(valid=r.valid & k) for r, k in zip(rows, keep))
+    return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *rows)
+
+
+class AsyncLoop:
+    def __init__(self, algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
+                 learner_device: jax.Device, seed: int, num_actors: int, max_policy_lag: int, on_eval=None,
+                 eval_every_iterations: int = 0):
+        if options.normalize_observations or options.scale_rewards:
+            raise ValueError("--schedule async: observation normalization and reward scaling are on-policy options")
+        self.algo, self.plan, self.options = algo, plan, options
+        self.device, self.seed = learner_device, seed
+        self.on_eval, self.eval_every = on_eval, eval_every_iterations
+        threads = env.pool.config["num_threads"]
+        self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads, seed + ACTOR_SEED_STRIDE * i)
+                             for i in range(1, num_actors)]
+        self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
+        self.pieces = make_pieces(algo, env, options, plan)
+        self.stop = threading.Event()
+        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, self.chunk, num_actors,
+                                     max_policy_lag, self.stop)
+        self.queue: queue.Queue[Chunk] = queue.Queue()
+        self.pending = [collections.deque() for _ in range(num_actors)]
+        self.errors: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
+        self.version = 0
+        self.episodes = init_episode_stats()
+        self.warmup_written = 0
+
+        def updates(actor, critic, replay, keys, first_index):
+            indices = first_index + jnp.arange(keys.shape[0])
+            (actor, critic, _), metrics = jax.lax.scan(self.pieces.update_once, (actor, critic, replay), (keys, indices))
+            return actor, critic, reduce_update_metrics(metrics)
+
+        self._updates = jax.jit(updates, donate_argnums=(0, 1))
+        self._add_block = jax.jit(lambda replay, rows, keep: add_many(replay, merge_block(rows, keep)),
+                                  donate_argnums=0)
+
+    # -- actors ----------------------------------------------------------------------------
+    def _actor(self, index: int, env: XlaEnv, warmup_chunks: int) -> None:
+        try:
+            pieces = make_pieces(self.algo, env, self.options, self.plan)
+            act = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
+            carry = jax.jit(lambda h, o: init_env_carry(env, self.options, h, o))(env.handle, env.reset())
+            key = jax.random.key(self.seed + 7919 * (index + 1))
+            chunks = 0
+            while not self.stop.is_set():
+                random = chunks < warmup_chunks
+                if not random and not self.controller.wait_to_start(index):
+                    return
+                params, version = self.store.latest()
+                key, sub = jax.random.split(key)
+                env_step = jnp.int32(chunks * self.chunk * len(self.envs))  # the run's steps so far (DQN's epsilon)
+                carry, rows, finished = act(carry, params, sub, env_step, random)
+                self.queue.put(Chunk(jax.device_put(rows, self.device), -1 if random else version, finished, index))
+                chunks += 1
+        except BaseException as error:  # reported by the learner; every thread stops
+            self.errors.append(error)
+            self.stop.set()
+
+    # -- learner ---------------------------------------------------------------------------
+    def init(self, key: jax.Array, handle: Any, first_obs: Any):
+        with jax.default_device(self.device):
+            state = jax.jit(self.pieces.init)(key, handle, first_obs)
+        streams = self.chunk // self.plan.rollout_length * len(self.envs)
+        example = jax.tree.map(lambda x: jax.ShapeDtypeStruct((streams, *x.shape[2:]), x.dtype), state.replay.rows)
+        rows = max(2, -(-self.plan.replay_rows // len(self.envs)))  # the same total capacity over more streams
+        replay = init_replay(rows, example)
+        self.state = jax.device_put(state._replace(replay=replay), self.device)
+        self.store = ParameterStore(self.algo.acting_params(self.state.actor, self.state.critic))
+        warmup_chunks = max(1, -(-self.plan.warmup_iterations // len(self.envs)))
+        for i, env in enumerate(self.envs):
+            thread = threading.Thread(target=self._actor, args=(i, env, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        self.warmup_samples = warmup_chunks * len(self.envs) * self.chunk
+        return self.state
+
+    def _drain(self, block: bool) -> None:
+        """Move arrived chunks into the buffer, a block (one chunk per actor) at a time."""
+        while True:
+            try:
+                chunk = self.queue.get(timeout=0.05) if block else self.queue.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            self.pending[chunk.actor].append(chunk)
+            while all(self.pending):
+                self._write_block([p.popleft() for p in self.pending])
+
+    def _write_block(self, chunks: list[Chunk]) -> None:
+        ctrl = self.controller
+        warmup = [c.version < 0 for c in chunks]
+        lags = [self.version - c.version for c in chunks]
+        keep = [w or lag <= ctrl.max_policy_lag for w, lag in zip(warmup, lags)]
+        self.state = self.state._replace(replay=self._add_block(self.state.replay, tuple(c.rows for c in chunks),
+                                                                jnp.asarray(keep)))
+        for c in chunks:
+            self.episodes = add_stats(self.episodes, c.finished)
+        self.warmup_written += self.chunk * sum(warmup)
+        with ctrl.cond:
+            ctrl.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
+        ctrl.note(accepted=self.chunk * sum(k and not w for w, k in zip(warmup, keep)),
+                  dropped=self.chunk * sum(not k for k in keep))
+
+    def _check(self) -> None:
+        if self.errors:
+            self.close()
+            raise RuntimeError(f"an actor thread failed: {type(self.errors[0]).__name__}: {self.errors[0]}") from self.errors[0]
+
+    def warmup(self) -> None:
+        while self.warmup_written < self.warmup_samples:
+            self._check()
+            self._drain(block=True)
+
+    def run(self, n: int):
+        collected = []
+        need = self.plan.updates_per_iteration * self.plan.batch_size
+        for _ in range(n):
+            start = time.perf_counter()
+            while True:  # the learner waits while its next updates would push the ratio past its target
+                self._check()
+                self._drain(block=False)
+                if self.controller.learner_may_consume(need):
+                    break
+                self._drain(block=True)
+            self.controller.learner_wait_s += time.perf_counter() - start
+            state = self.state
+            key, update_key = jax.random.split(state.key)
+            keys = jax.random.split(update_key, self.plan.updates_per_iteration)
+            actor, critic, metrics = self._updates(state.actor, state.critic, state.replay, keys, state.updates)
+            self.version += 1
+            self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
+                                        updates=state.updates + self.plan.updates_per_iteration)
+            # a copy: the next updates donate (overwrite) the learner's buffers while actors read these
+            self.store.publish(jax.device_put(self.algo.acting_params(actor, critic), self.device, may_alias=False),
+                               self.version)
+            self.controller.note(consumed=need)
+            collected.append(metrics)
+            if self.on_eval is not None and self.eval_every and self.version % self.eval_every == 0:
+                self.on_eval(self.eval_payload(), self.version)
+        collected = jax.device_get(collected)
+        metrics = {k: float(np.mean([m[k] for m in collected])) for k in collected[0]}
+        metrics.update(self.stats())
+        episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()
+        return metrics, episodes
+
+    def stats(self) -> dict[str, float]:
+        ctrl = self.controller
+        lags = ctrl.lags or [0]
+        return {
+            "async/replay_ratio": ctrl.ratio,
+            "async/target_ratio": ctrl.target_ratio,
+            "async/policy_lag_max": float(max(lags)),
+            "async/policy_lag_mean": float(np.mean(lags)),
+            "async/dropped_samples": float(ctrl.dropped),
+            "timing/actor_wait_s": ctrl.actor_wait_s,
+            "timing/learner_wait_s": ctrl.learner_wait_s,
+        }
+
+    def eval_payload(self) -> EvalPayload:
+        return jax.device_get(EvalPayload(self.algo.acting_params(self.state.actor, self.state.critic),
+                                          self.state.env.obs_moments))
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        with self.controller.cond:
+            self.controller.cond.notify_all()
+        for thread in self.threads:
+            thread.join(timeout)

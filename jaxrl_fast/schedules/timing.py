@@ -1,0 +1,62 @@
+"""Per-phase wall-clock timing of jitted programs, taken on the host.
+
+On the CPU a program that calls EnvPool (a side-effecting custom call) runs synchronously when it
+is dispatched, while a pure learner program is dispatched asynchronously and runs in the
+background on its device. So an environment phase is timed around its call (`interval`), and a
+learner phase from the moment its device could start it (its dispatch, or the end of the previous
+program of that phase, since a device runs its programs in order) to the moment its outputs are
+ready, seen by a watcher thread (`watch`). `summary()` gives busy time per phase and how long the
+environment and update phases ran at the same time, which is how the concurrent schedule shows
+that environment stepping overlaps the update.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import jax
+
+
+class PhaseClock:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self._last_end: dict[str, float] = {}
+        self._watchers: list[threading.Thread] = []
+        self._pending: dict[str, threading.Thread] = {}
+
+    def interval(self, name: str, start: float, end: float) -> None:
+        with self._lock:
+            self._intervals[name].append((start, end))
+            self._last_end[name] = end
+
+    def watch(self, name: str, dispatched: float, outputs: Any) -> None:
+        """Record when `outputs` are ready, from a thread, without blocking the caller."""
+        previous = self._pending.get(name)
+
+        def wait() -> None:
+            if previous is not None:
+                previous.join()  # its device runs programs in order: this one started after that one ended
+            start = max(dispatched, self._last_end.get(name, 0.0))
+            jax.block_until_ready(outputs)
+            self.interval(name, start, time.perf_counter())
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        self._pending[name] = thread
+        self._watchers.append(thread)
+
+    def summary(self, overlap: tuple[str, str] = ("env", "update")) -> dict[str, float]:
+        """`timing/<phase>_s` busy seconds per phase and `timing/overlap_s` since the last summary."""
+        for thread in self._watchers:
+            thread.join()
+        self._watchers, self._pending = [], {}
+        with self._lock:
+            intervals, self._intervals = self._intervals, defaultdict(list)
+        out = {f"timing/{name}_s": sum(e - b for b, e in spans) for name, spans in intervals.items()}
+        a, b = (intervals.get(name, []) for name in overlap)
+        out["timing/overlap_s"] = sum(max(0.0, min(e1, e2) - max(b1, b2)) for b1, e1 in a for b2, e2 in b)
+        return out
