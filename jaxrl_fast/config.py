@@ -151,6 +151,13 @@ class TrainConfig:
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
+    calibrate: bool = False
+    """Measure this machine first (or reuse the cached measurement) and train with the sizes it picks:
+    num_envs, EnvPool threads and, off-policy, the update batch size (see `python -m jaxrl_fast.calibrate`)."""
+    recalibrate: bool = False
+    """Like --calibrate, but measure again instead of reusing the cache."""
+    calibration_budget_s: float = 30.0
+    """Seconds the calibration pass may spend measuring."""
     placement: Literal["auto", "single", "split"] = "auto"
     """Off-policy: 'split' updates the actor and the critic as separate programs on separate devices,
     'single' fuses everything into one program on one device, 'auto' splits when 2+ devices exist."""

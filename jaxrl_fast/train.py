@@ -31,6 +31,7 @@ def validate(config: TrainConfig) -> None:
     need(config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}")
     need(config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}")
     need(config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}")
+    need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
     if config.algo in OFF_POLICY:
         hyper = getattr(config, config.algo)
         flag = f"--{config.algo}"
@@ -136,9 +137,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    calibration = None
+    if config.calibrate or config.recalibrate:
+        from jaxrl_fast.calibrate import calibrate
+
+        calibration = calibrate(config, config.calibration_budget_s, recalibrate=config.recalibrate)
+        print(calibration.table(), file=sys.stderr)
+        config = calibration.apply(config)
+        try:
+            validate(config)
+        except ConfigError as error:
+            print(f"error: the calibrated sizes do not fit the other flags: {error}", file=sys.stderr)
+            return 2
     from jaxrl_fast.trainer import train
 
-    train(config)
+    train(config, calibration)
     return 0
 
 

@@ -145,7 +145,7 @@ class Driver:
         concurrent = config.schedule == "concurrent"
         loop = make_off_policy_loop(algo, env, self.options, plan, where, config.exchange,
                                     self.plan.iterations_per_call, self.plan.eval_every_iterations, self._on_eval,
-                                    concurrent=concurrent, clock=PhaseClock() if concurrent else None)
+                                    concurrent=concurrent, clock=PhaseClock())  # used where the host drives
 
         def start() -> float:
             self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
@@ -215,8 +215,11 @@ class TargetWatch:
             self.reached.set()
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Train as configured; returns the summary that is also written to `summary.json`."""
+def train(config: TrainConfig, calibration: Any = None) -> dict[str, Any]:
+    """Train as configured; returns the summary that is also written to `summary.json`.
+
+    `calibration` (a `jaxrl_fast.calibrate.Calibration` already applied to `config`) is recorded
+    in `config.json`."""
     run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     threads = config.num_threads or min(config.num_envs, os.cpu_count() or 1)
     env = make_xla_env(config.env, config.num_envs, threads, config.seed)
@@ -234,6 +237,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "devices": [placement.describe(d) for d in jax.devices()],
         "versions": {"jax": jax.__version__, "envpool": _version("envpool"), "flax": _version("flax")},
     }
+    if calibration is not None:
+        resolved["calibration"] = dataclasses.asdict(calibration)
     write_json(run_dir / "config.json", resolved)
     sink = MetricsSink(run_dir)
     progress = ProgressDisplay(plan.total_steps, config.progress)

@@ -37,6 +37,7 @@ from jaxrl_fast.env import XlaEnv, add_stats, init_episode_stats, make_xla_env
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
 from jaxrl_fast.schedules.offpolicy import OffPolicyPlan, make_pieces, reduce_update_metrics
+from jaxrl_fast.schedules.timing import PhaseClock
 
 ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
 
@@ -140,6 +141,7 @@ class AsyncLoop:
         self.version = 0
         self.episodes = init_episode_stats()
         self.warmup_written = 0
+        self.clock = PhaseClock()  # env: actors' acting programs (EnvPool + inference); update: the learner's
 
         def updates(actor, critic, replay, keys, first_index):
             indices = first_index + jnp.arange(keys.shape[0])
@@ -165,7 +167,10 @@ class AsyncLoop:
                 params, version = self.store.latest()
                 key, sub = jax.random.split(key)
                 env_step = jnp.int32(chunks * self.chunk * len(self.envs))  # the run's steps so far (DQN's epsilon)
+                begin = time.perf_counter()
                 carry, rows, finished = act(carry, params, sub, env_step, random)
+                jax.block_until_ready(rows)
+                self.clock.interval("env", begin, time.perf_counter())
                 self.queue.put(Chunk(jax.device_put(rows, self.device), -1 if random else version, finished, index))
                 chunks += 1
         except BaseException as error:  # reported by the learner; every thread stops
@@ -243,7 +248,9 @@ class AsyncLoop:
             state = self.state
             key, update_key = jax.random.split(state.key)
             keys = jax.random.split(update_key, self.plan.updates_per_iteration)
+            dispatched = time.perf_counter()
             actor, critic, metrics = self._updates(state.actor, state.critic, state.replay, keys, state.updates)
+            self.clock.watch("update", dispatched, metrics)
             self.version += 1
             self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
                                         updates=state.updates + self.plan.updates_per_iteration)
@@ -257,6 +264,7 @@ class AsyncLoop:
         collected = jax.device_get(collected)
         metrics = {k: float(np.mean([m[k] for m in collected])) for k in collected[0]}
         metrics.update(self.stats())
+        metrics.update(self.clock.summary())
         episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()
         return metrics, episodes
 

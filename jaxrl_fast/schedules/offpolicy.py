@@ -298,7 +298,11 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
         key, collect_key, update_keys = pieces.iteration_keys(state.key)
         params = None if random else jax.device_put(acting_params(state), acting)
         env_step = _env_step(plan, state.iteration, steps_per_iteration)
+        start = time.perf_counter()
         env_carry, rows, finished = act_program(state.env, params, collect_key, env_step, random)
+        if clock is not None:
+            jax.block_until_ready(rows)
+            clock.interval("env", start, time.perf_counter())
         replay = add_program(state.replay, jax.device_put(rows, on_critic))
         return state._replace(env=env_carry, replay=replay, key=key), update_keys, finished
 
@@ -359,7 +363,10 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
                 state = state._replace(env=env_carry, replay=replay, key=key)
             else:
                 state, update_keys, finished = store(state._replace(iteration=iteration), random=False)
+                dispatched = time.perf_counter()
                 actor, critic = learn(state, state.replay, update_keys, updates, collected)
+                if clock is not None:
+                    clock.watch("update", dispatched, collected[-1])
             total = finished if total is None else add_stats(total, finished)
             iteration, updates = iteration + 1, updates + plan.updates_per_iteration
             state = state._replace(actor=actor, critic=critic)
