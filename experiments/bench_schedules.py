@@ -86,7 +86,7 @@ def reference(setup: dict) -> dict:
     from jaxrl_fast.presets import resolve_defaults
 
     config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))
-    result = measure_and_choose(config, 60.0, log=lambda *_: None)
+    result = measure_and_choose(config, 30.0, log=lambda *_: None)
     acting = next(r["rollout_sps"] for r in result.acting if r["num_envs"] == config.num_envs)
     hyper = algo_config(config)
     if setup["algo"] == "ppo":
@@ -101,6 +101,9 @@ def reference(setup: dict) -> dict:
 
 
 def main() -> None:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(1800, exit=True)  # a hung measurement reports where it hung
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--quick", action="store_true")

@@ -337,8 +337,10 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
     probe_env = make_xla_env(config.env, 1, 1, config.seed)
     probe_algo = make_off_policy_algorithm(config, probe_env.spec)
     first_obs = probe_env.reset()
-    roles = jax.jit(probe_algo.init)(jax.random.key(0))
+    init_roles = jax.jit(probe_algo.init)
+    roles = init_roles(jax.random.key(0))
     rollout_per_step: dict[int, float] = {}
+    keep_alive: list = []
 
     def measure_acting(n: int) -> None:
         env = make_xla_env(config.env, n, best_threads[n], config.seed)
@@ -349,7 +351,7 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
         params = algo.acting_params(*roles)  # parameter shapes do not depend on num_envs
         act = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
         seconds, _ = timed_calls(lambda c: act(c, params, jax.random.key(1), jnp.int32(0), False)[0], carry)
-        env.pool.close()
+        keep_alive.append(env)  # closed once every program has run
         rollout_per_step[n] = seconds / plan.rollout_length
         env_sps = max(r["env_sps"] for r in envpool_rows if r["num_envs"] == n and r["batch_size"] == n)
         acting.append(dict(num_envs=n, num_threads=best_threads[n], rollout_sps=n / rollout_per_step[n],
@@ -375,30 +377,31 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
             return actor, critic
 
         program = jax.jit(run, donate_argnums=0)
-        replay, carry = jax.device_put((replay, jax.tree.map(jnp.copy, roles)), device)
+        replay, carry = jax.device_put((replay, init_roles(jax.random.key(0))), device)  # fresh: the program donates them
         seconds, _ = timed_calls(lambda c: program(c, replay), carry, max_calls=20)
         per_update = seconds / updates
         update_s_at[size] = max(update_s_at.get(size, 0.0), per_update)
         learning.append(dict(size=f"batch {size}", device=f"{device.platform}:{device.id}", update_s=per_update,
                              update_frames_per_s=size / per_update))
 
-    # what a choice needs first (the preset's sizes), then the alternatives, alternating, while the budget lasts
+    # What a choice needs first (the preset's sizes), then the alternatives, while the budget lasts.
+    # Updates are measured before any acting program runs: on a stuck EnvPool program (seen once on
+    # two XLA CPU devices with MuJoCo, not reproduced) nothing else on its device would run.
     env_sizes = measuring_order(best_threads, config.num_envs)
     batch_sizes = [2 * hyper.batch_size, 4 * hyper.batch_size]
-    tasks = [("update", (hyper.batch_size, d)) for d in devices] + [("acting", (env_sizes[0],))]
-    for i in range(max(len(env_sizes), len(batch_sizes))):
-        tasks += [("acting", (n,)) for n in env_sizes[1 + i:2 + i]]
-        tasks += [("update", (size, d)) for size in batch_sizes[i:i + 1] for d in devices]
+    tasks = [("update", (size, d)) for size in [hyper.batch_size, *batch_sizes] for d in devices]
+    tasks += [("acting", (n,)) for n in env_sizes]
+    essential = set(range(len(devices))) | {(1 + len(batch_sizes)) * len(devices)}  # the preset batch and num_envs
     cost = {"acting": 2.0, "update": 3.0}  # seconds, compile included; refined by each measurement
     for index, (kind, args) in enumerate(tasks):
-        essential = index <= len(devices)
-        if not essential and not budget.allows(cost[kind]):
+        if index not in essential and not budget.allows(cost[kind]):
             skipped.append(f"{kind} at {'num_envs' if kind == 'acting' else 'batch'} {args[0]} (budget)")
             continue
         begin = time.perf_counter()
         (measure_acting if kind == "acting" else measure_update)(*args)
         cost[kind] = 1.2 * (time.perf_counter() - begin)
-    probe_env.pool.close()
+    for env in [probe_env, *keep_alive]:
+        env.pool.close()
 
     samples_per_step = hyper.utd_ratio * hyper.batch_size  # held fixed: consumed per produced
     candidates = []

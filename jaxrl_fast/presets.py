@@ -12,7 +12,10 @@ import importlib.resources
 import tomllib
 from typing import Any
 
-from jaxrl_fast.config import ALGOS, TrainConfig
+from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig
+
+# Family-level keys that only the on-policy algorithm uses: replay buffers keep raw observations and rewards.
+ON_POLICY_ONLY = ("normalize_observations", "scale_rewards")
 
 
 class PresetError(ValueError):
@@ -73,5 +76,7 @@ def resolve_defaults(env_id: str, algo: str, family: str) -> TrainConfig:
     config = TrainConfig(env=env_id, algo=algo)
     for source, table in preset_tables(env_id, family):
         keep = {k: v for k, v in table.items() if k not in ALGOS or k == algo}  # other algos' sections
+        if algo in OFF_POLICY:
+            keep = {k: v for k, v in keep.items() if k not in ON_POLICY_ONLY}
         config = _merge(config, keep, source)
     return config

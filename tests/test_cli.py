@@ -120,3 +120,14 @@ def test_async_ppo_is_refused_with_the_reason(tmp_path, capsys):
     assert main(["--schedule", "async", "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "--schedule async is for the off-policy algorithms" in err and "V-trace" in err
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_off_policy_presets_on_mujoco_leave_out_the_on_policy_options(algo):
+    from jaxrl_fast.presets import resolve_defaults
+    from jaxrl_fast.train import validate
+
+    config = resolve_defaults("HalfCheetah-v4", algo, "mujoco")
+    assert not config.normalize_observations and not config.scale_rewards
+    validate(config)
+    assert resolve_defaults("HalfCheetah-v4", "ppo", "mujoco").normalize_observations
