@@ -86,7 +86,7 @@ def reference(setup: dict) -> dict:
     from jaxrl_fast.presets import resolve_defaults
 
     config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))
-    result = measure_and_choose(config, 30.0, log=lambda *_: None)
+    result = measure_and_choose(config, 30.0)
     acting = next(r["rollout_sps"] for r in result.acting if r["num_envs"] == config.num_envs)
     hyper = algo_config(config)
     if setup["algo"] == "ppo":

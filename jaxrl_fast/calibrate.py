@@ -210,7 +210,7 @@ def calibrate(config: TrainConfig, budget_s: float = 30.0, recalibrate: bool = F
             return cached
         except (TypeError, ValueError):
             pass  # an unreadable or older cache entry: measure again
-    result = measure_and_choose(config, budget_s, log)
+    result = measure_and_choose(config, budget_s)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -221,7 +221,7 @@ def calibrate(config: TrainConfig, budget_s: float = 30.0, recalibrate: bool = F
     return result
 
 
-def measure_and_choose(config: TrainConfig, budget_s: float, log=print) -> Calibration:
+def measure_and_choose(config: TrainConfig, budget_s: float) -> Calibration:
     from jaxrl_fast.env import probe_spec
 
     budget = Budget(budget_s)
@@ -267,7 +267,7 @@ def _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped) -> Ca
     options = EnvOptions(config.normalize_observations, config.scale_rewards, config.ppo.gamma)
     acting, learning, candidates = [], [], []
     per_iteration_estimate = 3.0  # compile + measure seconds, refined after the first size
-    shared: dict[str, Any] = {}
+    algo_state = None  # parameter shapes do not depend on num_envs: initialised once
     for n in measuring_order(best_threads, config.num_envs):
         if not budget.allows(per_iteration_estimate):
             skipped.append(f"rollout and update at num_envs={n} (budget)")
@@ -282,9 +282,8 @@ def _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped) -> Ca
             carry, transitions, _ = collect(carry, lambda obs, k: algo.act(algo_state, obs, k), key)
             return carry, Rollout(transitions, observe(options, carry.obs_moments, carry.obs))
 
-        if "algo_state" not in shared:  # parameter shapes do not depend on num_envs: initialise once
-            shared["algo_state"] = jax.jit(algo.init)(jax.random.key(0))
-        algo_state = shared["algo_state"]
+        if algo_state is None:
+            algo_state = jax.jit(algo.init)(jax.random.key(0))
         carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
         rollout_program = jax.jit(rollout, donate_argnums=0)
         box = {}

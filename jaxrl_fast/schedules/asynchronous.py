@@ -36,7 +36,7 @@ from jaxrl_fast.data import OffPolicyAlgorithm
 from jaxrl_fast.env import XlaEnv, add_stats, init_episode_stats, make_xla_env
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
-from jaxrl_fast.schedules.offpolicy import OffPolicyPlan, make_pieces, reduce_update_metrics
+from jaxrl_fast.schedules.offpolicy import OffPolicyPlan, make_pieces, mean_metrics, reduce_update_metrics
 from jaxrl_fast.schedules.timing import PhaseClock
 
 ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
@@ -149,8 +149,12 @@ class AsyncLoop:
             return actor, critic, reduce_update_metrics(metrics)
 
         self._updates = jax.jit(updates, donate_argnums=(0, 1))
-        self._add_block = jax.jit(lambda replay, rows, keep: add_many(replay, merge_block(rows, keep)),
-                                  donate_argnums=0)
+        def add_block(replay, episodes, rows, finished, keep):
+            for stats in finished:
+                episodes = add_stats(episodes, stats)
+            return add_many(replay, merge_block(rows, keep)), episodes
+
+        self._add_block = jax.jit(add_block, donate_argnums=0)
 
     # -- actors ----------------------------------------------------------------------------
     def _actor(self, index: int, env: XlaEnv, warmup_chunks: int) -> None:
@@ -213,10 +217,9 @@ class AsyncLoop:
         warmup = [c.version < 0 for c in chunks]
         lags = [self.version - c.version for c in chunks]
         keep = [w or lag <= ctrl.max_policy_lag for w, lag in zip(warmup, lags)]
-        self.state = self.state._replace(replay=self._add_block(self.state.replay, tuple(c.rows for c in chunks),
-                                                                jnp.asarray(keep)))
-        for c in chunks:
-            self.episodes = add_stats(self.episodes, c.finished)
+        replay, self.episodes = self._add_block(self.state.replay, self.episodes, tuple(c.rows for c in chunks),
+                                                tuple(c.finished for c in chunks), jnp.asarray(keep))
+        self.state = self.state._replace(replay=replay)
         self.warmup_written += self.chunk * sum(warmup)
         with ctrl.cond:
             ctrl.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
@@ -261,8 +264,7 @@ class AsyncLoop:
             collected.append(metrics)
             if self.on_eval is not None and self.eval_every and self.version % self.eval_every == 0:
                 self.on_eval(self.eval_payload(), self.version)
-        collected = jax.device_get(collected)
-        metrics = {k: float(np.mean([m[k] for m in collected])) for k in collected[0]}
+        metrics = mean_metrics(collected)
         metrics.update(self.stats())
         metrics.update(self.clock.summary())
         episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()

@@ -19,11 +19,11 @@ import time
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import XlaEnv, add_stats
 from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, observe
+from jaxrl_fast.schedules.offpolicy import mean_metrics
 from jaxrl_fast.schedules.timing import PhaseClock
 
 
@@ -87,7 +87,7 @@ class ConcurrentLoop:
             total = finished if total is None else add_stats(total, finished)
             if self.on_eval is not None and self.eval_every and state.iteration % self.eval_every == 0:
                 self.on_eval(self.eval_payload(state), state.iteration)
-        metrics = {k: float(jnp.mean(jnp.stack([m[k] for m in collected]))) for k in collected[0]}
+        metrics = mean_metrics(collected)
         if self.clock is not None:
             metrics.update(self.clock.summary())
         return state, metrics, jax.device_get(total)

@@ -242,7 +242,7 @@ def _fused_loop(algo, env, options, plan, placement, iterations_per_call, eval_e
     )
 
 
-def _mean_metrics(collected: list[dict]) -> dict:
+def mean_metrics(collected: list[dict]) -> dict:
     """Means over per-update metric dicts fetched to the host in one transfer; actor updates are summed.
 
     Dicts may lack actor metrics (updates without an actor step); those are averaged over the
@@ -373,7 +373,7 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
             if on_eval is not None and eval_every_iterations > 0 and iteration % eval_every_iterations == 0:
                 on_eval(jax.device_get(EvalPayload(acting_params(state), state.env.obs_moments)), iteration)
         state = state._replace(iteration=jnp.int32(iteration), updates=jnp.int32(updates))
-        metrics = _mean_metrics(collected)
+        metrics = mean_metrics(collected)
         if clock is not None:
             metrics.update(clock.summary())
         return state, metrics, total
