@@ -64,6 +64,8 @@ def run(setup: dict, schedule: str, calibrate: bool, cache: Path, quick: bool) -
         "calibrated": calibrate,
         "num_envs": config["num_envs"],
         "batch": config.get(setup["algo"], {}).get("batch_size"),
+        # off-policy: env steps acted per iteration (one host dispatch for concurrent and async)
+        "steps_per_iteration": config["plan"]["steps_per_iteration"],
         "sps": summary["sps"],
         "update_frames_per_s": summary["update_frames_per_s"],
         "time_to_target_s": summary.get("time_to_target_s"),
@@ -107,6 +109,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--schedules", nargs="+", choices=("sync", "concurrent", "async"),
+                        help="only these schedules (default: every schedule of each setup)")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_schedules.json")
     args = parser.parse_args()
 
@@ -122,7 +126,7 @@ def main() -> None:
                   f"steps/s -> overlapped bound {r['overlap_bound_sps']:,.0f}, serial bound {r['serial_bound_sps']:,.0f}",
                   flush=True)
             for calibrate in (False, True):
-                for schedule in setup["schedules"]:
+                for schedule in [s for s in setup["schedules"] if args.schedules is None or s in args.schedules]:
                     row = run(setup, schedule, calibrate, Path(cache), args.quick)
                     rows.append(row)
                     print(json.dumps(row), flush=True)

@@ -327,7 +327,7 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
     from jaxrl_fast.placement import resolve_placement
     from jaxrl_fast.replay import init_replay
     from jaxrl_fast.schedules.acting import EnvOptions, init_env_carry
-    from jaxrl_fast.schedules.offpolicy import make_pieces, off_policy_plan
+    from jaxrl_fast.schedules.offpolicy import dispatch_steps, make_pieces, off_policy_plan
 
     hyper = algo_config(config)
     options = EnvOptions(False, False, hyper.gamma)
@@ -371,13 +371,15 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
         shapes = jax.eval_shape(pieces.init, jax.random.key(0), probe_env.handle, first_obs).replay.rows
         replay = init_replay(plan.replay_rows, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), shapes))
 
-        def run(carry, replay):
+        # Arrays go in as arguments, never as closed-over constants: lowering a constant reads its
+        # value, and that read once waited forever (two XLA CPU devices, after EnvPool programs).
+        def run(carry, replay, keys):
             (actor, critic, _), _ = jax.lax.scan(pieces.update_once, (*carry, replay), (keys, jnp.arange(updates)))
             return actor, critic
 
         program = jax.jit(run, donate_argnums=0)
-        replay, carry = jax.device_put((replay, init_roles(jax.random.key(0))), device)  # fresh: the program donates them
-        seconds, _ = timed_calls(lambda c: program(c, replay), carry, max_calls=20)
+        replay, carry, keys = jax.device_put((replay, init_roles(jax.random.key(0)), keys), device)  # fresh: donated
+        seconds, _ = timed_calls(lambda c: program(c, replay, keys), carry, max_calls=20)
         per_update = seconds / updates
         update_s_at[size] = max(update_s_at.get(size, 0.0), per_update)
         learning.append(dict(size=f"batch {size}", device=f"{device.platform}:{device.id}", update_s=per_update,
@@ -426,7 +428,7 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
         batch_note = (f"update batch {pick['batch_size']} with utd_ratio {pick['utd_ratio']:g} (same samples consumed "
                       f"per env step) is {BATCH_MARGIN:.2f}x+ faster than the preset's {hyper.batch_size}")
     plan = off_policy_plan(dataclasses.replace(hyper, batch_size=pick["batch_size"], utd_ratio=pick["utd_ratio"]),
-                           pick["num_envs"])
+                           pick["num_envs"], dispatch_steps(config))
     choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["num_envs"],
                   batch_size=pick["batch_size"], utd_ratio=pick["utd_ratio"],
                   rollout_length=plan.rollout_length, updates_per_iteration=plan.updates_per_iteration)

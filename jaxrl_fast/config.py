@@ -151,6 +151,23 @@ class TrainConfig:
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
+    dispatch_steps: int = 0
+    """Off-policy concurrent and async: fewest environment steps (all envs together) acted per host
+    dispatch, with the matching updates per learner dispatch (the update-to-data ratio is kept).
+    Each dispatch costs the host about a millisecond or more on an accelerator, so one env and one
+    update per iteration would be all overhead; the behaviour policy is then up to this many steps
+    old. 0: 64. The fused sync loop ignores it."""
+    resume: Path | None = None
+    """Continue the run in this directory from its newest complete checkpoint, with the config it
+    saved; only --total-steps and --progress may be given beside it."""
+    checkpoint_interval: int = 100_000
+    """Environment steps between checkpoints (0: only at the end). Checkpoints go to
+    RUN_DIR/checkpoints, are written atomically in the background, and hold the whole run state."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept; older ones are deleted."""
+    checkpoint_replay: bool = True
+    """Off-policy: include the replay buffer in checkpoints (large; without it a resumed run refills
+    it with --*.learning-starts steps of random actions, not counted as training steps)."""
     calibrate: bool = False
     """Measure this machine first (or reuse the cached measurement) and train with the sizes it picks:
     num_envs, EnvPool threads and, off-policy, the update batch size (see `python -m jaxrl_fast.calibrate`)."""
@@ -188,3 +205,28 @@ def to_dict(config: Any) -> dict[str, Any]:
         return value
 
     return plain(dataclasses.asdict(config))
+
+
+ALGO_CONFIGS = {"ppo": PPOConfig, "sac": SACConfig, "td3": TD3Config, "dqn": DQNConfig}
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """The inverse of `to_dict` (what `config.json` records as `train_config`)."""
+
+    def build(cls: Any, values: dict[str, Any]) -> Any:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {unknown}")
+        out = {}
+        for name, value in values.items():
+            if name in ALGO_CONFIGS and cls is TrainConfig:
+                value = build(ALGO_CONFIGS[name], value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            elif name == "run_dir" and value is not None:
+                value = Path(value)
+            out[name] = value
+        return cls(**out)
+
+    return build(TrainConfig, data)

@@ -33,7 +33,7 @@ def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
 def check_run_dir(path: Path) -> None:
     """Raise RunDirError if `path` already holds a run or cannot be created and written."""
     if (path / "config.json").exists():
-        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory")
+        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or continue it with --resume {path}")
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--run-dir: {path} exists and is not a directory")
     existing = path
@@ -65,17 +65,42 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-class MetricsSink:
-    """Thread-safe writer of `metrics.jsonl` and TensorBoard scalars (the trainer and the evaluator write)."""
+def truncate_metrics(path: Path, last_step: int) -> int:
+    """Keep the lines of `metrics.jsonl` up to `last_step` (a resumed run redoes what came after),
+    dropping a line cut short by a kill; atomic. Returns the number of lines dropped."""
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if record.get("step", 0) <= last_step:
+            kept.append(line)
+        else:
+            dropped += 1
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+    return dropped
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
+
+class MetricsSink:
+    """Thread-safe writer of `metrics.jsonl` and TensorBoard scalars (the trainer and the evaluator write).
+
+    `purge_step` (resuming): TensorBoard discards the events logged at or after it by the run
+    that was interrupted."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
         self._lock = threading.Lock()
         self._file = open(run_dir / "metrics.jsonl", "a", buffering=1)
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir), flush_secs=10)
+            self._tb = SummaryWriter(str(run_dir), flush_secs=10, purge_step=purge_step)
 
     def write(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
         record = {"step": int(step), "wall_s": round(time.time() - PROCESS_START, 3)}

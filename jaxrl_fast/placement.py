@@ -52,6 +52,16 @@ def fused_loop_device(env) -> jax.Device:
     return jax.devices("cpu")[0]
 
 
+def concurrent_acting_device(env) -> jax.Device:
+    """Where the off-policy concurrent schedule acts: the host CPU whenever an accelerator exists,
+    even one that can step EnvPool, so that acting and learning run on different devices and
+    overlap. (Concurrent PPO acts on the fused-loop device: on one H100 it moved 12.8k steps/s
+    acting on the GPU and 8.2k on the CPU, where per-iteration parameter and rollout copies cost more.)"""
+    if jax.devices()[0].platform != "cpu":
+        return jax.devices("cpu")[0]
+    return fused_loop_device(env)
+
+
 def learner_devices() -> list[jax.Device]:
     """The devices learner roles may use: the accelerators, or else the (possibly fake) CPU devices."""
     return list(jax.devices())

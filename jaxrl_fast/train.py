@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -31,6 +32,9 @@ def validate(config: TrainConfig) -> None:
     need(config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}")
     need(config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}")
     need(config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}")
+    need(config.dispatch_steps >= 0, f"--dispatch-steps must be 0 (auto) or positive, got {config.dispatch_steps}")
+    need(config.checkpoint_interval >= 0, f"--checkpoint-interval must be 0 (only at the end) or positive, got {config.checkpoint_interval}")
+    need(config.keep_checkpoints >= 1, f"--keep-checkpoints must be at least 1, got {config.keep_checkpoints}")
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
     if config.algo in OFF_POLICY:
         hyper = getattr(config, config.algo)
@@ -76,6 +80,48 @@ def validate(config: TrainConfig) -> None:
         need(len(ppo.hidden_sizes) > 0 and min(ppo.hidden_sizes) > 0, f"--ppo.hidden-sizes must be positive sizes, got {ppo.hidden_sizes}")
 
 
+RESUME_FLAGS = ("--total-steps", "--progress")  # what may change when a run is resumed
+
+
+def resume_config(argv: list[str]) -> TrainConfig | None:
+    """The saved config of the run named by `--resume RUN_DIR` (None without the flag)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from jaxrl_fast.checkpoint import latest_step
+    from jaxrl_fast.config import config_from_dict
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--resume", type=Path)
+    pre.add_argument("--total-steps", type=int)
+    pre.add_argument("--progress", choices=("auto", "bar", "plain", "off"))
+    known, rest = pre.parse_known_args(argv)
+    if known.resume is None:
+        return None
+    if rest:
+        raise ConfigError(f"--resume continues with the run's saved config; only {' and '.join(RESUME_FLAGS)} may be "
+                          f"given with it, got {' '.join(rest)}")
+    run_dir = known.resume
+    saved = run_dir / "config.json"
+    if not saved.exists():
+        raise ConfigError(f"--resume: {run_dir} holds no run (no config.json)")
+    data = json.loads(saved.read_text())
+    if "train_config" not in data:
+        raise ConfigError(f"--resume: {saved} was written by a version without checkpoints")
+    if not os.access(run_dir, os.W_OK):
+        raise ConfigError(f"--resume: {run_dir} is not writable")
+    if latest_step(run_dir) is None:
+        raise ConfigError(f"--resume: {run_dir} has no complete checkpoint yet (checkpoints/ is empty)")
+    config = config_from_dict(data["train_config"])
+    changes: dict = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False)  # sizes already applied
+    if known.total_steps is not None:
+        changes["total_steps"] = known.total_steps
+    if known.progress is not None:
+        changes["progress"] = known.progress
+    return dataclasses.replace(config, **changes)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """Resolve the env's preset, then parse every flag on top of it, then validate."""
     import tyro
@@ -84,6 +130,10 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     from jaxrl_fast.presets import resolve_defaults
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    resumed = resume_config(argv)
+    if resumed is not None:
+        validate(resumed)
+        return resumed
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--env", default=TrainConfig.env)
     pre.add_argument("--algo", default=TrainConfig.algo)
@@ -132,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("jaxrl_fast").setLevel(logging.INFO)
     try:
         config = parse_args(argv)
-        check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+        if config.resume is None:
+            check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
         check_devices(config)
     except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -149,10 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as error:
             print(f"error: the calibrated sizes do not fit the other flags: {error}", file=sys.stderr)
             return 2
+    from jaxrl_fast.checkpoint import NonFiniteError
     from jaxrl_fast.trainer import train
 
-    train(config, calibration)
-    return 0
+    try:
+        summary = train(config, calibration, resume=config.resume is not None)
+    except NonFiniteError as error:
+        print(f"error: {error}; training stopped, the last good checkpoint is kept", file=sys.stderr)
+        return 1
+    return 130 if summary["interrupted"] else 0
 
 
 if __name__ == "__main__":

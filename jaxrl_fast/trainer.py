@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -14,16 +16,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast import placement
+from jaxrl_fast.checkpoint import Checkpointer, check_finite, write_policy_info
 from jaxrl_fast.algos import make_algorithm, make_off_policy_algorithm
 from jaxrl_fast.config import OFF_POLICY, TrainConfig, algo_config, to_dict
 from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator
-from jaxrl_fast.metrics import PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir, write_json
+from jaxrl_fast.metrics import (PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
+                                truncate_metrics, write_json)
 from jaxrl_fast.schedules.acting import EnvOptions, observe
 from jaxrl_fast.schedules.asynchronous import AsyncLoop
 from jaxrl_fast.schedules.concurrent import ConcurrentLoop
 from jaxrl_fast.schedules.timing import PhaseClock
-from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, off_policy_plan
+from jaxrl_fast.schedules.offpolicy import dispatch_steps, make_off_policy_loop, off_policy_plan
 from jaxrl_fast.schedules.sync import EvalPayload, make_sync_loop
 
 log = logging.getLogger(__name__)
@@ -93,9 +97,19 @@ class Driver:
         loop = make_sync_loop(algo, env, self.options, self.plan.iterations_per_call, self.plan.eval_every_iterations,
                               self._on_eval)
 
-        def start() -> float:
+        def take(state) -> dict:
+            return {"algo": state.algo, "key": state.key, "iteration": state.iteration,
+                    "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
+
+        def put(state, saved: dict):
+            env_carry = state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+            return state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"], env=env_carry)
+
+        def start(restored=None) -> float:
             with jax.default_device(self.device):
                 self.state = jax.jit(loop.init)(jax.random.key(config.seed), env.handle, env.reset())
+                if restored is not None:
+                    self.state = put(self.state, restored.into(take(self.state)))
                 begin = time.perf_counter()
                 self._run = loop.run.lower(self.state, jnp.int32(0)).compile()  # before the clock starts
                 return time.perf_counter() - begin
@@ -106,6 +120,7 @@ class Driver:
             return metrics.train, metrics.episodes
 
         self.start, self.run = start, run
+        self.snapshot = lambda: (take(self.state), {})
         self.eval_payload = lambda: jax.device_get(EvalPayload(algo.policy_params(self.state.algo), self.state.env.obs_moments))
 
     def _init_concurrent(self, algo) -> None:
@@ -113,10 +128,19 @@ class Driver:
         loop = ConcurrentLoop(algo, env, self.options, self.device, PhaseClock(), self._on_eval, self.plan.eval_every_iterations)
         self.placement = {"mode": "single", "acting": placement.describe(loop.acting), "learner": placement.describe(loop.learner)}
 
-        def start() -> float:
+        def take(state) -> dict:
+            return {"algo": state.algo, "pending": state.pending, "key": state.key,
+                    "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
+
+        def start(restored=None) -> float:
             begin = time.perf_counter()
             self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
-            self.state, _, _ = loop.run(self.state, 1)  # compiles both programs; counts as the first iteration
+            if restored is not None:
+                saved = restored.into(take(self.state))
+                env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+                self.state = self.state._replace(algo=saved["algo"], pending=saved["pending"], key=saved["key"],
+                                                 env=env_carry, iteration=restored.meta["schedule"]["iteration"])
+            self.state, _, _ = loop.run(self.state, 1)  # compiles both programs; counts as an iteration
             self.warm_iterations = 1
             return time.perf_counter() - begin
 
@@ -125,6 +149,7 @@ class Driver:
             return metrics, episodes
 
         self.start, self.run = start, run
+        self.snapshot = lambda: (take(self.state), {"iteration": self.state.iteration})
         self.eval_payload = lambda: loop.eval_payload(self.state)
 
     # -- off-policy: replay, role placement ------------------------------------------------
@@ -135,22 +160,28 @@ class Driver:
         self.act_deterministic = algo.act_deterministic
         requested = "single" if config.schedule == "async" and config.placement == "auto" else config.placement
         where = placement.resolve_placement(requested, env)
+        if config.schedule == "concurrent":  # measured on one H100: 1,088 vs 930 steps/s acting on the GPU (SAC)
+            where = dataclasses.replace(where, acting=placement.concurrent_acting_device(env))
         self.placement = where.describe() | {"exchange": config.exchange}
-        plan = off_policy_plan(hyper, config.num_envs)
+        plan = off_policy_plan(hyper, config.num_envs, dispatch_steps(config))
         spi = plan.rollout_length * config.num_envs
         self.plan = make_plan(config, spi, plan.warmup_iterations * spi, plan.updates_per_iteration * plan.batch_size)
         self.off_policy_plan = plan
         if config.schedule == "async":
             return self._init_async(algo, plan, where)
         concurrent = config.schedule == "concurrent"
+        take, put = self._off_policy_parts()
         loop = make_off_policy_loop(algo, env, self.options, plan, where, config.exchange,
                                     self.plan.iterations_per_call, self.plan.eval_every_iterations, self._on_eval,
                                     concurrent=concurrent, clock=PhaseClock())  # used where the host drives
 
-        def start() -> float:
+        def start(restored=None) -> float:
             self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
+            if restored is not None:
+                self.state = put(self.state, restored.into(take(self.state)))
             begin = time.perf_counter()
-            self.state, _ = loop.warmup(self.state)  # compiles the acting program and fills the buffer
+            if restored is None or not config.checkpoint_replay:  # an empty buffer: fill it with random actions
+                self.state, _ = loop.warmup(self.state)  # also compiles the acting program
             self.state, _, _ = loop.run(self.state, 0)  # compiles the learning program(s)
             jax.block_until_ready(self.state)
             return time.perf_counter() - begin
@@ -160,7 +191,20 @@ class Driver:
             return jax.device_get(metrics), jax.device_get(episodes)
 
         self.start, self.run = start, run
+        self.snapshot = lambda: (take(self.state), {})
         self.eval_payload = lambda: jax.device_get(EvalPayload(loop.acting_params(self.state), self.state.env.obs_moments))
+
+    def _off_policy_parts(self):
+        """What of an off-policy state a checkpoint holds (`take`) and how it goes back (`put`)."""
+        fields = ("actor", "critic", "key", "iteration", "updates") + (("replay",) if self.config.checkpoint_replay else ())
+
+        def take(state) -> dict:
+            return {name: getattr(state, name) for name in fields}
+
+        def put(state, saved: dict):
+            return state._replace(**saved)
+
+        return take, put
 
     def _init_async(self, algo, plan, where) -> None:
         config, env = self.config, self.env
@@ -168,15 +212,22 @@ class Driver:
                          config.max_policy_lag, self._on_eval, self.plan.eval_every_iterations)
         self.placement = where.describe() | {"actors": config.num_actors}
 
-        def start() -> float:
+        take, put = self._off_policy_parts()
+
+        def start(restored=None) -> float:
             begin = time.perf_counter()
-            self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset())
+            resume = None
+            if restored is not None:
+                resume = (lambda state: put(state, restored.into(take(state))), restored.meta["schedule"],
+                          config.checkpoint_replay)
+            self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset(), resume)
             loop.warmup()  # actors fill the buffer with random actions (and compile their programs)
             loop.run(1)  # compiles the learner's program; counts as the first iteration
             self.warm_iterations = 1
             return time.perf_counter() - begin
 
         self.start, self.run = start, loop.run
+        self.snapshot = lambda: (take(loop.state), loop.counters())
         self.eval_payload = loop.eval_payload
         self.close = loop.close
         def summary_extras(train_s: float) -> dict[str, Any]:
@@ -215,12 +266,43 @@ class TargetWatch:
             self.reached.set()
 
 
-def train(config: TrainConfig, calibration: Any = None) -> dict[str, Any]:
+class StopRequest:
+    """SIGINT/SIGTERM during training: the first asks the loop to stop after the call in flight
+    (and write a final checkpoint); a second SIGINT interrupts at once."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def train(config: TrainConfig, calibration: Any = None, resume: bool = False) -> dict[str, Any]:
     """Train as configured; returns the summary that is also written to `summary.json`.
 
     `calibration` (a `jaxrl_fast.calibrate.Calibration` already applied to `config`) is recorded
-    in `config.json`."""
-    run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+    in `config.json`. `resume=True` continues the run in `config.run_dir` from its newest
+    complete checkpoint (`python -m jaxrl_fast.train --resume RUN_DIR`)."""
+    if resume:
+        run_dir = Path(config.run_dir)
+        checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
+        restored = checkpointer.restore()
+    else:
+        run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+        checkpointer, restored = Checkpointer(run_dir, config.keep_checkpoints), None
     threads = config.num_threads or min(config.num_envs, os.cpu_count() or 1)
     env = make_xla_env(config.env, config.num_envs, threads, config.seed)
     evaluator_box: list[Evaluator] = []
@@ -239,16 +321,25 @@ def train(config: TrainConfig, calibration: Any = None) -> dict[str, Any]:
     }
     if calibration is not None:
         resolved["calibration"] = dataclasses.asdict(calibration)
-    write_json(run_dir / "config.json", resolved)
-    sink = MetricsSink(run_dir)
+    if restored is None:
+        write_json(run_dir / "config.json", resolved | {"train_config": to_dict(config)})
+        write_policy_info(run_dir, {"train_config": to_dict(config), "env_spec": dataclasses.asdict(env.spec)})
+    else:  # the log continues from the checkpoint: lines written after it are dropped (they will be redone)
+        truncate_metrics(run_dir / "metrics.jsonl", restored.step)
+    sink = MetricsSink(run_dir, purge_step=restored.step + 1 if restored else None)
     progress = ProgressDisplay(plan.total_steps, config.progress)
+    if restored is not None:
+        progress.message(f"resuming {run_dir} from its checkpoint at step {restored.step:,d}")
     progress.message(
         f"{config.algo} on {config.env}: {plan.total_steps:,d} steps, {config.num_envs} envs, "
         f"{plan.num_threads} EnvPool threads, placement {driver.placement} -> {run_dir}"
     )
     target = TargetWatch(config.target_return)
 
+    results: dict[int, EvalResult] = {}  # by step: the final evaluation reuses one of the last iteration
+
     def on_result(result: EvalResult) -> None:
+        results[result.step] = result
         record = {
             "eval_return_mean": result.mean,
             "eval_return_std": result.std,
@@ -273,42 +364,67 @@ def train(config: TrainConfig, calibration: Any = None) -> dict[str, Any]:
     evaluator_box.append(evaluator)
     done, interrupted, train_time, compile_s = 0, False, 0.0, 0.0
     error: BaseException | None = None
+    checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
+    saved_at = restored.meta["iterations"] if restored else 0
+
+    def save_checkpoint(step: int) -> None:
+        state, schedule = driver.snapshot()
+        checkpointer.save(step, state, driver.eval_payload(), {"iterations": done, "schedule": schedule})
+
+    stop = StopRequest()
     try:
-        compile_s = driver.start()
-        done = driver.warm_iterations
-        while done < plan.total_iterations and not target.reached.is_set():
-            n = min(plan.iterations_per_call, plan.total_iterations - done)
-            begin = time.perf_counter()
-            train_metrics, episodes = driver.run(n)
-            elapsed = time.perf_counter() - begin
-            train_time += elapsed
-            done += n
-            step = plan.warmup_steps + done * plan.steps_per_iteration
-            sps = n * plan.steps_per_iteration / elapsed
-            record: dict[str, Any] = {"sps": sps, "update_frames_per_s": n * plan.update_frames_per_iteration / elapsed}
-            record.update({k: float(v) for k, v in train_metrics.items()})
-            count = int(episodes.count)
-            if count:
-                record["train/episode_return"] = float(episodes.return_sum) / count
-                record["train/episode_length"] = float(episodes.length_sum) / count
-            record["train/episodes"] = count
-            sink.write(step, record)
-            progress.update(step, sps)
+        with stop:
+            compile_s = driver.start(restored)
+            done = (restored.meta["iterations"] if restored else 0) + driver.warm_iterations
+            while done < plan.total_iterations and not target.reached.is_set():
+                if stop.signal is not None:
+                    raise KeyboardInterrupt
+                n = min(plan.iterations_per_call, plan.total_iterations - done)
+                begin = time.perf_counter()
+                train_metrics, episodes = driver.run(n)
+                elapsed = time.perf_counter() - begin
+                train_time += elapsed
+                done += n
+                step = plan.warmup_steps + done * plan.steps_per_iteration
+                learner = {k: v for k, v in driver.snapshot()[0].items() if k != "replay"}
+                check_finite(train_metrics, learner, step)  # before anything of this call is logged or saved
+                sps = n * plan.steps_per_iteration / elapsed
+                record: dict[str, Any] = {"sps": sps, "update_frames_per_s": n * plan.update_frames_per_iteration / elapsed}
+                record.update({k: float(v) for k, v in train_metrics.items()})
+                count = int(episodes.count)
+                if count:
+                    record["train/episode_return"] = float(episodes.return_sum) / count
+                    record["train/episode_length"] = float(episodes.length_sum) / count
+                record["train/episodes"] = count
+                sink.write(step, record)
+                progress.update(step, sps)
+                if checkpoint_every and done - saved_at >= checkpoint_every:
+                    save_checkpoint(step)
+                    saved_at = done
     except KeyboardInterrupt:
         interrupted = True
-        progress.message("interrupted: writing the summary of what ran")
-    except Exception as failure:  # a failing schedule thread: stop everything, keep what was written, report
+        name = signal.Signals(stop.signal).name if stop.signal else "SIGINT"
+        progress.message(f"{name}: writing a final checkpoint and the summary of what ran")
+    except Exception as failure:  # a failing schedule thread or a non-finite value: stop, keep what was written
         error = failure
         log.error("training stopped: %s", failure)
     finally:
         driver.close()
     steps = plan.warmup_steps + done * plan.steps_per_iteration if done else 0
+    if error is None and done > saved_at:  # the end of the run (or an interruption) is a checkpoint too
+        try:
+            save_checkpoint(steps)
+        except Exception as failure:  # e.g. state donated to a call that a second Ctrl-C cut short
+            log.error("the final checkpoint could not be written: %s", failure)
+    checkpointer.close()
     final: EvalResult | None = None
     try:
         if done and not interrupted and error is None:
             evaluator.wait_idle(timeout=600)
-            final = evaluator.evaluate(driver.eval_payload(), steps)
-            on_result(final)
+            final = results.get(steps)
+            if final is None:
+                final = evaluator.evaluate(driver.eval_payload(), steps)
+                on_result(final)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         evaluator.failures += 1
         log.exception("final evaluation failed")

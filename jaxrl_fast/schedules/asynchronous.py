@@ -182,7 +182,9 @@ class AsyncLoop:
             self.stop.set()
 
     # -- learner ---------------------------------------------------------------------------
-    def init(self, key: jax.Array, handle: Any, first_obs: Any):
+    def init(self, key: jax.Array, handle: Any, first_obs: Any, resume: tuple | None = None):
+        """`resume`: (put the checkpointed state into a fresh one, the saved `counters()`, whether the
+        checkpoint holds the replay buffer); a restored buffer needs no warm-up."""
         with jax.default_device(self.device):
             state = jax.jit(self.pieces.init)(key, handle, first_obs)
         streams = self.chunk // self.plan.rollout_length * len(self.envs)
@@ -190,8 +192,17 @@ class AsyncLoop:
         rows = max(2, -(-self.plan.replay_rows // len(self.envs)))  # the same total capacity over more streams
         replay = init_replay(rows, example)
         self.state = jax.device_put(state._replace(replay=replay), self.device)
-        self.store = ParameterStore(self.algo.acting_params(self.state.actor, self.state.critic))
         warmup_chunks = max(1, -(-self.plan.warmup_iterations // len(self.envs)))
+        if resume is not None:
+            put, counters, has_replay = resume
+            self.state = put(self.state)
+            self.version = counters["version"]
+            for name in ("accepted", "consumed", "dropped"):
+                setattr(self.controller, name, counters[name])
+            self.controller.started = [(counters["accepted"] + counters["dropped"]) // (self.chunk * len(self.envs))] * len(self.envs)
+            warmup_chunks = 0 if has_replay else warmup_chunks
+        self.store = ParameterStore(self.algo.acting_params(self.state.actor, self.state.critic))
+        self.store.publish(self.store.latest()[0], self.version)
         for i, env in enumerate(self.envs):
             thread = threading.Thread(target=self._actor, args=(i, env, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
                                       daemon=True)
@@ -269,6 +280,11 @@ class AsyncLoop:
         metrics.update(self.clock.summary())
         episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()
         return metrics, episodes
+
+    def counters(self) -> dict[str, int]:
+        """What a checkpoint keeps of the schedule: the parameter version and the controller's counts."""
+        ctrl = self.controller
+        return {"version": self.version, "accepted": ctrl.accepted, "consumed": ctrl.consumed, "dropped": ctrl.dropped}
 
     def stats(self) -> dict[str, float]:
         ctrl = self.controller

@@ -48,9 +48,22 @@ class OffPolicyPlan(NamedTuple):
     replay_rows: int
 
 
-def off_policy_plan(hyper: Any, num_envs: int) -> OffPolicyPlan:
-    """Whole numbers that hold the update-to-data ratio: U updates per T x num_envs steps."""
-    rollout_length = max(1, math.ceil(1.0 / (hyper.utd_ratio * num_envs)))
+DEFAULT_DISPATCH_STEPS = 64  # concurrent/async: env steps per host dispatch when --dispatch-steps is 0
+
+
+def dispatch_steps(config: Any) -> int:
+    """Fewest env steps an iteration holds. The host-driven concurrent and async schedules pay a
+    dispatch (milliseconds on an accelerator) per iteration, so they act and update in batches of
+    at least this many steps; `sync` keeps the algorithm's own iteration (it runs fused)."""
+    if config.schedule == "sync":
+        return 1
+    return config.dispatch_steps or DEFAULT_DISPATCH_STEPS
+
+
+def off_policy_plan(hyper: Any, num_envs: int, min_steps: int = 1) -> OffPolicyPlan:
+    """Whole numbers that hold the update-to-data ratio: U updates per T x num_envs steps, with
+    T x num_envs at least `min_steps`."""
+    rollout_length = max(1, math.ceil(1.0 / (hyper.utd_ratio * num_envs)), math.ceil(min_steps / num_envs))
     steps = rollout_length * num_envs
     return OffPolicyPlan(
         rollout_length=rollout_length,

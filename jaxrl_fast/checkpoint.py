@@ -1,0 +1,208 @@
+"""Checkpoints of a run's state with orbax, and the policy loader that needs no training code.
+
+A checkpoint is a directory `RUN_DIR/checkpoints/<step>/` written by orbax's CheckpointManager
+(into a temporary directory, renamed when complete, so a crash never leaves a half checkpoint
+that counts). It holds three items:
+
+* `state`: the run state as a flat dict of arrays (keys `00000`, `00001`, ... in tree order;
+  their tree paths are in `meta`, so a mismatch is caught and named). PRNG keys are stored as
+  their raw key data. EnvPool's simulators cannot be saved: a resumed run starts new episodes.
+* `policy`: what evaluation acts with (policy parameters and observation statistics), for
+  `load_policy`.
+* `meta`: JSON: step, iterations, the tree paths, and schedule counters.
+
+`RUN_DIR/checkpoints/policy.json` describes the network (algorithm, env spec, config) beside
+the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CHECKPOINT_DIR = "checkpoints"
+POLICY_JSON = "policy.json"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+def _is_key(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def flatten_state(tree: Any) -> tuple[dict[str, Any], list[str]]:
+    """Arrays by position (`00000`, ...) and their tree paths; keys become their key data."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    flat = {f"{i:05d}": jax.random.key_data(leaf) if _is_key(leaf) else leaf for i, (_, leaf) in enumerate(leaves)}
+    return flat, [jax.tree_util.keystr(path) for path, _ in leaves]
+
+
+def unflatten_into(template: Any, flat: dict[str, Any], paths: list[str]) -> Any:
+    """Saved arrays in the structure, dtypes and placement of `template` (a freshly built state)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+    expected = [jax.tree_util.keystr(path) for path, _ in leaves]
+    if expected != paths:
+        missing = sorted(set(expected) - set(paths))[:3]
+        extra = sorted(set(paths) - set(expected))[:3]
+        raise CheckpointError(f"the checkpoint does not match this run's state (missing {missing}, unexpected {extra})")
+    out = []
+    for i, (_, leaf) in enumerate(leaves):
+        saved = flat[f"{i:05d}"]
+        if _is_key(leaf):
+            value = jax.random.wrap_key_data(jnp.asarray(saved), impl=jax.random.key_impl(leaf))
+        else:
+            value = np.asarray(saved).astype(leaf.dtype)
+            if np.shape(value) != np.shape(leaf):
+                raise CheckpointError(f"{expected[i]}: saved shape {np.shape(value)} != {np.shape(leaf)}")
+        out.append(jax.device_put(value, leaf.sharding) if isinstance(leaf, jax.Array) else value)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+class Restored(NamedTuple):
+    step: int
+    meta: dict[str, Any]
+    state: dict[str, Any]  # flat arrays; `into(template)` rebuilds them
+
+    def into(self, template: Any, item: str = "paths") -> Any:
+        return unflatten_into(template, self.state, self.meta[item])
+
+
+def nonfinite_leaves(tree: Any) -> list[str]:
+    """Tree paths of floating-point leaves holding a NaN or an infinity (one device round trip)."""
+    leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+              if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)]
+    if not leaves:
+        return []
+    flags = jax.device_get([~jnp.isfinite(x).all() for _, x in leaves])
+    return [path for (path, _), bad in zip(leaves, flags) if bad]
+
+
+def check_finite(metrics: dict[str, Any], params: Any, step: int) -> None:
+    """Raise NonFiniteError naming the first non-finite loss/metric or parameter and the step."""
+    for name, value in metrics.items():
+        if name.startswith("train/") and not math.isfinite(float(value)):
+            raise NonFiniteError(f"{name} became {float(value)} at step {step}")
+    bad = nonfinite_leaves(params)
+    if bad:
+        raise NonFiniteError(f"parameter {bad[0]} became non-finite at step {step}"
+                             + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+
+
+class Checkpointer:
+    """Periodic, atomic checkpoints keeping the newest `keep`; saving runs in the background."""
+
+    def __init__(self, run_dir: Path, keep: int):
+        import orbax.checkpoint as ocp
+
+        self._ocp = ocp
+        self.directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+
+    def save(self, step: int, state: Any, policy: Any, meta: dict[str, Any]) -> None:
+        ocp = self._ocp
+        # Copies on the host before returning: the next training call donates (reuses) the buffers.
+        flat, paths = flatten_state(state)
+        policy_flat, policy_paths = flatten_state(policy)
+        flat, policy_flat = jax.tree.map(np.array, jax.device_get((flat, policy_flat)))
+        meta = dict(meta, step=int(step), paths=paths, policy_paths=policy_paths)
+        self._manager.save(int(step), args=ocp.args.Composite(
+            state=ocp.args.StandardSave(flat), policy=ocp.args.StandardSave(policy_flat), meta=ocp.args.JsonSave(meta)))
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def restore(self, step: int | None = None) -> Restored:
+        ocp = self._ocp
+        step = self._manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                                  meta=ocp.args.JsonRestore()))
+        return Restored(step, out.meta, dict(out.state))
+
+    def wait(self) -> None:
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+def latest_step(run_dir: Path) -> int | None:
+    """The newest complete checkpoint's step, without creating anything."""
+    import orbax.checkpoint as ocp
+
+    directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+    if not directory.is_dir():
+        return None
+    with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True)) as manager:
+        return manager.latest_step()
+
+
+def write_policy_info(run_dir: Path, info: dict[str, Any]) -> None:
+    from jaxrl_fast.metrics import write_json
+
+    directory = Path(run_dir) / CHECKPOINT_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory / POLICY_JSON, info)
+
+
+def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """The deterministic policy of a run's newest (or given) checkpoint: observations -> actions.
+
+    Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
+    env's action space. Needs the run directory only: no environment, trainer or EnvPool pool.
+    """
+    import orbax.checkpoint as ocp
+
+    from jaxrl_fast.algos import make_algorithm, make_off_policy_algorithm
+    from jaxrl_fast.config import OFF_POLICY, config_from_dict
+    from jaxrl_fast.env import EnvSpec
+    from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, observe
+    from jaxrl_fast.ops.normalization import init_moments
+
+    directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+    info_path = directory / POLICY_JSON
+    if not info_path.exists():
+        raise CheckpointError(f"{run_dir} has no {CHECKPOINT_DIR}/{POLICY_JSON}: not a jaxrl_fast run directory with checkpoints")
+    info = json.loads(info_path.read_text())
+    config = config_from_dict(info["train_config"])
+    spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
+    with ocp.CheckpointManager(directory) as manager:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no complete checkpoint in {directory}")
+        out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(),
+                                                            meta=ocp.args.JsonRestore()))
+    if config.algo in OFF_POLICY:
+        algo = make_off_policy_algorithm(config, spec)
+        shapes = jax.eval_shape(lambda k: algo.acting_params(*algo.init(k)), jax.random.key(0))
+    else:
+        algo = make_algorithm(config, spec)
+        shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
+    template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
+    payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
+    options = EnvOptions(config.normalize_observations, False, 0.99)
+    act = jax.jit(lambda obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs, np.float32)
+        single = obs.shape == tuple(spec.obs_shape)
+        actions = np.asarray(act(obs[None] if single else obs))
+        return actions[0] if single else actions
+
+    policy.step = step  # which checkpoint it came from
+    return policy

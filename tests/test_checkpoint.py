@@ -1,0 +1,184 @@
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import jaxrl_fast
+from jaxrl_fast.checkpoint import Checkpointer, NonFiniteError, check_finite, flatten_state
+from jaxrl_fast.env import make_xla_env
+from jaxrl_fast.presets import resolve_defaults
+from jaxrl_fast.train import main
+from jaxrl_fast.trainer import Driver, train
+
+
+def start_cli(*args):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.Popen([sys.executable, "-m", "jaxrl_fast.train", "--progress", "plain", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def lines_of(run_dir):
+    lines = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written
+            pass
+    return lines
+
+
+def checkpoint_steps(run_dir):
+    directory = run_dir / "checkpoints"
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.exists() else []
+
+
+def wait_for(predicate, proc, timeout=300.0):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    # 256 steps per iteration (8 envs x 32), a log line every 4 iterations, a checkpoint every 8
+    flags = ["--log-interval", "1024", "--checkpoint-interval", "2048", "--eval-interval", "4096"]
+    proc = start_cli("--total-steps", "200000", "--run-dir", str(run_dir), *flags)
+    try:  # kill it between checkpoints, after at least two
+        wait_for(lambda: len(checkpoint_steps(run_dir)) >= 2 and lines_of(run_dir)[-1]["step"] > checkpoint_steps(run_dir)[-1], proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed_at = max(line["step"] for line in lines_of(run_dir))
+    assert killed_at < 200_000 and not (run_dir / "summary.json").exists()
+
+    resumed = start_cli("--resume", str(run_dir), "--total-steps", "30000")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resuming" in out
+    lines = lines_of(run_dir)
+    train_steps = [line["step"] for line in lines if "sps" in line]
+    assert train_steps == list(range(1024, 29_952, 1024)) + [29_952]  # every call once, none missing
+    eval_steps = [line["step"] for line in lines if "eval_return_mean" in line]
+    assert len(eval_steps) == len(set(eval_steps)) and eval_steps == sorted(eval_steps)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 29_952 and summary["final_eval_return_mean"] is not None
+    assert len(checkpoint_steps(run_dir)) <= 3  # --keep-checkpoints 3
+
+    policy = jaxrl_fast.load_policy(run_dir)  # the last checkpoint, outside the trainer
+    assert policy.step == 29_952
+    pool = make_xla_env("CartPole-v1", 4, 1, seed=5).pool
+    obs, _ = pool.reset()
+    returns, running = np.zeros(4), np.ones(4, bool)
+    for _ in range(500):
+        obs, reward, terminated, truncated, _ = pool.step(policy(obs))
+        returns += reward * running
+        running &= ~(terminated | truncated)
+    assert returns.mean() >= 200.0  # it learned, and the loaded policy is the learned one
+    assert policy(obs[0]).shape == ()  # a single observation gives a single action
+
+
+def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_cli("--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--total-steps", "100000",
+                     "--sac.learning-starts", "500", "--log-interval", "256", "--checkpoint-interval", "0",
+                     "--eval-interval", "0", "--run-dir", str(run_dir))
+    wait_for(lambda: (run_dir / "metrics.jsonl").exists() and any("sps" in line for line in lines_of(run_dir)), proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out
+    assert "SIGTERM: writing a final checkpoint" in out
+    last = lines_of(run_dir)[-1]["step"]
+    assert checkpoint_steps(run_dir) == [last]
+    assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
+    meta = Checkpointer(run_dir, 1).restore().meta
+    assert meta["schedule"]["version"] >= 1 and meta["schedule"]["consumed"] > 0
+
+    resumed = start_cli("--resume", str(run_dir), "--total-steps", str(last + 1024))
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    steps = [line["step"] for line in lines_of(run_dir) if "sps" in line]
+    assert steps == sorted(set(steps)) and steps[-1] >= last + 512
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["policy_lag_max"] <= 8  # the controller picked up its counts: the ratio still holds
+    assert abs(summary["replay_ratio"] - summary["target_ratio"]) <= 0.05 * summary["target_ratio"]
+
+
+@pytest.mark.parametrize(
+    "algo, env_id, changes",
+    [
+        ("ppo", "CartPole-v1", dict(total_steps=2048, normalize_observations=True)),
+        ("sac", "Pendulum-v1", dict(total_steps=700)),
+    ],
+)
+def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, env_id, changes):
+    base = resolve_defaults(env_id, algo, "classic_control")
+    if algo == "sac":
+        changes = dict(changes, sac=dataclasses.replace(base.sac, learning_starts=300))
+    config = dataclasses.replace(base, run_dir=tmp_path / "run", progress="off", eval_interval=0, log_interval=256,
+                                 **changes)
+    train(config)
+    restored = Checkpointer(config.run_dir, 1).restore()
+
+    env = make_xla_env(config.env, config.num_envs, 1, config.seed + 1)  # new envs: simulators are not saved
+    driver = Driver(config, env, lambda payload, step: None)
+    driver.start(restored)
+    state, _ = driver.snapshot()
+    flat, paths = flatten_state(state)
+    assert paths == restored.meta["paths"]
+    if algo == "sac":
+        assert any("replay" in path for path in paths)  # the buffer is part of the run state
+    for name, saved in restored.state.items():
+        np.testing.assert_array_equal(np.asarray(flat[name]), np.asarray(saved), err_msg=paths[int(name)])
+
+
+def test_a_non_finite_update_stops_the_run_naming_it_and_keeps_the_last_good_checkpoint(tmp_path):
+    config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), run_dir=tmp_path / "run",
+                                 progress="off", total_steps=2048, log_interval=512, eval_interval=0)
+    train(config)
+    good = checkpoint_steps(config.run_dir)
+    assert good == [2048]
+    # The same run resumed with a learning rate that overflows float32 on its first update
+    broken = dataclasses.replace(config, total_steps=4096, resume=config.run_dir,
+                                 ppo=dataclasses.replace(config.ppo, learning_rate=1e38))
+    with pytest.raises(NonFiniteError, match=r"(train/\S+ became|parameter .* became non-finite) .*at step 2560"):
+        train(broken, resume=True)
+    assert checkpoint_steps(config.run_dir) == good
+    summary = json.loads((config.run_dir / "summary.json").read_text())
+    assert "NonFiniteError" in summary["error"]
+    restored = Checkpointer(config.run_dir, 1).restore()
+    assert all(np.isfinite(np.asarray(v)).all() for v in restored.state.values() if np.asarray(v).dtype.kind == "f")
+
+
+def test_check_finite_names_the_quantity_and_the_step():
+    import jax.numpy as jnp
+
+    params = {"policy": {"w": jnp.ones(3)}, "critic": {"w": jnp.array([1.0, jnp.inf])}}
+    with pytest.raises(NonFiniteError, match=r"parameter \['critic'\]\['w'\] became non-finite at step 7"):
+        check_finite({"train/loss": 0.5}, params, 7)
+    with pytest.raises(NonFiniteError, match="train/loss became nan at step 9"):
+        check_finite({"train/loss": float("nan")}, {"w": jnp.ones(2)}, 9)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seed", "3"], "only --total-steps and --progress may be given"),
+        ([], "has no complete checkpoint"),
+    ],
+)
+def test_resume_refuses_other_flags_and_a_run_without_checkpoints(tmp_path, capsys, args, message):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"train_config": {}}))
+    assert main(["--resume", str(run_dir), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]  # nothing written
