@@ -371,8 +371,7 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
         shapes = jax.eval_shape(pieces.init, jax.random.key(0), probe_env.handle, first_obs).replay.rows
         replay = init_replay(plan.replay_rows, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), shapes))
 
-        # Arrays go in as arguments, never as closed-over constants: lowering a constant reads its
-        # value, and that read once waited forever (two XLA CPU devices, after EnvPool programs).
+        # arrays go in as arguments: closed over, they would be baked into the program as constants
         def run(carry, replay, keys):
             (actor, critic, _), _ = jax.lax.scan(pieces.update_once, (*carry, replay), (keys, jnp.arange(updates)))
             return actor, critic
@@ -386,8 +385,6 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
                              update_frames_per_s=size / per_update))
 
     # What a choice needs first (the preset's sizes), then the alternatives, while the budget lasts.
-    # Updates are measured before any acting program runs: on a stuck EnvPool program (seen once on
-    # two XLA CPU devices with MuJoCo, not reproduced) nothing else on its device would run.
     env_sizes = measuring_order(best_threads, config.num_envs)
     batch_sizes = [2 * hyper.batch_size, 4 * hyper.batch_size]
     tasks = [("update", (size, d)) for size in [hyper.batch_size, *batch_sizes] for d in devices]

@@ -24,6 +24,41 @@ class Network(NamedTuple):
     apply: Callable[..., Any]
 
 
+def orthogonal(scale: float = 1.0):
+    """Flax's orthogonal initializer (same draw, same matrix up to rounding), computed with
+    Gram-Schmidt in matrix products instead of LAPACK's QR.
+
+    jaxlib's CPU QR kernel splits its work over XLA's intra-op thread pool and blocks a pool
+    thread until the parts finish; when a network's QRs run on every pool thread at once (two
+    cores, two XLA CPU devices), nothing is left to run the parts and the program never ends
+    (seen in `gdb`: both pool threads waiting in `lapack_sgeqrf_ffi`'s ParallelBatchMap).
+    """
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+        rows, cols = math.prod(shape[:-1]), shape[-1]
+        tall = (rows, cols) if rows >= cols else (cols, rows)
+        a = jax.random.normal(key, tall, dtype)
+        q = orthonormal_columns(a)
+        return scale * (q if rows >= cols else q.T).reshape(shape)
+
+    return init
+
+
+def orthonormal_columns(a: jax.Array) -> jax.Array:
+    """Q of a = QR with R's diagonal positive: classical Gram-Schmidt, each column projected
+    twice (CGS2, accurate to rounding in float32)."""
+    k = a.shape[1]
+
+    def next_column(j: jax.Array, q: jax.Array) -> jax.Array:
+        v = jnp.take(a, j, axis=1)
+        earlier = jnp.arange(k) < j
+        for _ in range(2):
+            v = v - q @ jnp.where(earlier, q.T @ v, 0.0)
+        return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+    return jax.lax.fori_loop(0, k, next_column, jnp.zeros_like(a))
+
+
 class MLP(nn.Module):
     """Orthogonally initialised MLP (the PPO implementation details of Huang et al. 2022)."""
 
@@ -36,8 +71,8 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)))(x))
-        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+            x = act(nn.Dense(size, kernel_init=orthogonal(math.sqrt(2.0)))(x))
+        return nn.Dense(self.out_size, kernel_init=orthogonal(self.out_scale))(x)
 
 
 class GaussianPolicy(nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -304,7 +305,9 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
         checkpointer, restored = Checkpointer(run_dir, config.keep_checkpoints), None
     threads = config.num_threads or min(config.num_envs, os.cpu_count() or 1)
-    env = make_xla_env(config.env, config.num_envs, threads, config.seed)
+    # a resumed run's environments start new episodes, seeded apart from the ones the run began with
+    env_seed = (config.seed + restored.step) % 2**31 if restored else config.seed
+    env = make_xla_env(config.env, config.num_envs, threads, env_seed)
     evaluator_box: list[Evaluator] = []
     driver = Driver(config, env, lambda payload, step: evaluator_box[0].request(payload, step))
     plan = driver.plan
@@ -326,6 +329,10 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         write_policy_info(run_dir, {"train_config": to_dict(config), "env_spec": dataclasses.asdict(env.spec)})
     else:  # the log continues from the checkpoint: lines written after it are dropped (they will be redone)
         truncate_metrics(run_dir / "metrics.jsonl", restored.step)
+        saved = json.loads((run_dir / "config.json").read_text())
+        saved["train_config"] = to_dict(config)  # a longer --total-steps holds for the next resume too
+        saved.setdefault("resumed", []).append({"from_step": restored.step, "total_steps": config.total_steps})
+        write_json(run_dir / "config.json", saved)
     sink = MetricsSink(run_dir, purge_step=restored.step + 1 if restored else None)
     progress = ProgressDisplay(plan.total_steps, config.progress)
     if restored is not None:

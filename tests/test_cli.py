@@ -53,6 +53,9 @@ def test_help_shows_preset_resolved_defaults(capsys):
         (["--algo", "a2c"], "--algo"),
         (["--ppo.num-minibatches", "3"], "--ppo.num-minibatches 3 does not divide"),
         (["--num-envs", "0"], "--num-envs must be positive"),
+        (["--checkpoint-interval", "-1"], "--checkpoint-interval must be 0"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--dispatch-steps", "-1"], "--dispatch-steps must be"),
     ],
 )
 def test_bad_input_gets_a_one_line_error_and_writes_nothing(tmp_path, capsys, args, message):
@@ -68,7 +71,7 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
     used.mkdir()
     (used / "config.json").write_text("{}")
     assert main(["--run-dir", str(used)]) == 2
-    assert "already holds a run" in capsys.readouterr().err
+    assert "already holds a run" in capsys.readouterr().err.replace("\n", " ")  # and points to --resume
     a_file = tmp_path / "file"
     a_file.write_text("")
     assert main(["--run-dir", str(a_file / "run")]) == 2
