@@ -7,7 +7,9 @@ Within a time budget it measures:
   * EnvPool alone (its Python API, random actions), steps/s over a grid of `num_envs`, EnvPool
     thread counts and, in EnvPool's async mode, env batch sizes (`batch_size < num_envs`);
   * acting: the jitted rollout program (EnvPool's XLA step + policy inference) per `num_envs`,
-    at the best thread count; inference time = rollout time - env time;
+    at the best thread count; inference time = rollout time - env time; for the `async`
+    schedule also the actors' host loop over EnvPool's async mode at env batches num_envs/2 and
+    /4, taken instead of the XLA step when it acts 10% faster;
   * learning: the jitted update program, per `num_envs` for PPO (its batch is num_envs x
     num_steps), per update batch size for the off-policy algorithms, on each learner device.
 From these it predicts trained env steps per second for every candidate under the run's schedule
@@ -43,6 +45,7 @@ from jaxrl_fast.config import OFF_POLICY, TrainConfig, algo_config
 
 FLAT_MARGIN = 0.05  # candidates this close to the best count as equal: the smallest wins
 BATCH_MARGIN = 1.25  # a larger update batch must be this much faster to replace the preset's
+ASYNC_MODE_MARGIN = 1.10  # EnvPool's async mode must act this much faster to replace the XLA step
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MEASURE_S = 0.1  # wall time per EnvPool measurement
 
@@ -71,6 +74,8 @@ class Calibration:
             hyper = dataclasses.replace(algo_config(config), batch_size=self.choice["batch_size"],
                                         utd_ratio=self.choice["utd_ratio"])
             changes[config.algo] = hyper
+            batch = self.choice.get("env_batch_size", self.choice["num_envs"])
+            changes["env_batch_size"] = batch if batch < self.choice["num_envs"] else 0
         return dataclasses.replace(config, **changes)
 
     def table(self) -> str:
@@ -80,11 +85,12 @@ class Calibration:
         lines.append(f"  {'num_envs':>8} {'threads':>7} {'batch':>6} {'steps/s':>10}")
         for r in self.envpool:
             lines.append(f"  {r['num_envs']:>8} {r['num_threads']:>7} {r['batch_size']:>6} {r['env_sps']:>10,.0f}")
-        lines.append("acting (jitted rollout: EnvPool XLA step + policy):")
-        lines.append(f"  {'num_envs':>8} {'threads':>7} {'steps/s':>10} {'inference us/step':>18}")
+        lines.append("acting (policy + EnvPool: jitted XLA rollout at batch = num_envs, host loop in async mode):")
+        lines.append(f"  {'num_envs':>8} {'threads':>7} {'batch':>6} {'steps/s':>10} {'inference us/step':>18}")
         for r in self.acting:
-            lines.append(f"  {r['num_envs']:>8} {r['num_threads']:>7} {r['rollout_sps']:>10,.0f} "
-                         f"{r['inference_us_per_step']:>18.1f}")
+            inference = r.get("inference_us_per_step")
+            lines.append(f"  {r['num_envs']:>8} {r['num_threads']:>7} {r.get('env_batch', r['num_envs']):>6} "
+                         f"{r['rollout_sps']:>10,.0f} {'-' if inference is None else f'{inference:.1f}':>18}")
         lines.append("learning (jitted update):")
         lines.append(f"  {'size':>14} {'device':>8} {'update ms':>10} {'frames/s':>10}")
         for r in self.learning:
@@ -316,7 +322,7 @@ def _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped) -> Ca
     reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted "
               f"{best:,.0f} trained steps/s ({config.schedule}); rollout length {T}, "
               f"{config.ppo.num_minibatches} minibatches and {config.ppo.update_epochs} epochs kept; "
-              "env batch = num_envs (the XLA step is synchronous)")
+              "env batch = num_envs (only the off-policy async actors use EnvPool's async mode)")
     return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, machine(), envpool_rows,
                        acting, learning, candidates, choice, reason, skipped)
 
@@ -356,6 +362,26 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
         acting.append(dict(num_envs=n, num_threads=best_threads[n], rollout_sps=n / rollout_per_step[n],
                            inference_us_per_step=max(0.0, rollout_per_step[n] - n / env_sps) * 1e6))
 
+    async_mode_per_step: dict[int, tuple[int, float]] = {}  # num_envs -> (env batch, seconds per env step)
+
+    def measure_async_mode(n: int) -> None:
+        """The `async` actors' host loop over EnvPool's async mode, at env batches n/2 and n/4."""
+        from jaxrl_fast.placement import host_acting_device
+        from jaxrl_fast.schedules.async_mode import AsyncModeActor
+        from jaxrl_fast.schedules.timing import PhaseClock
+
+        device = host_acting_device()
+        params = jax.device_put(probe_algo.acting_params(*roles), device)
+        for batch in (n // 2, n // 4):
+            actor = AsyncModeActor(probe_algo, probe_env.spec, n, batch, best_threads[n], config.seed, 8, device)
+            act = lambda _: actor.act_chunk(params, 0, False, jax.random.key(1), 0, PhaseClock())  # noqa: E731
+            seconds, _ = timed_calls(act, None, max_calls=20)
+            actor.close()
+            acting.append(dict(num_envs=n, num_threads=best_threads[n], env_batch=batch, rollout_sps=8 * n / seconds))
+            per_step = seconds / (8 * n)
+            if n not in async_mode_per_step or per_step < async_mode_per_step[n][1]:
+                async_mode_per_step[n] = (batch, per_step)
+
     # learning: per update batch size, on each learner device (split: the slower one sets the pace)
     where = resolve_placement("single" if config.schedule == "async" and config.placement == "auto" else config.placement)
     devices = list(dict.fromkeys([*where.actor, *where.critic])) if where.mode == "split" else [where.critic[0]]
@@ -388,15 +414,22 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
     env_sizes = measuring_order(best_threads, config.num_envs)
     batch_sizes = [2 * hyper.batch_size, 4 * hyper.batch_size]
     tasks = [("update", (size, d)) for size in [hyper.batch_size, *batch_sizes] for d in devices]
-    tasks += [("acting", (n,)) for n in env_sizes]
-    essential = set(range(len(devices))) | {(1 + len(batch_sizes)) * len(devices)}  # the preset batch and num_envs
-    cost = {"acting": 2.0, "update": 3.0}  # seconds, compile included; refined by each measurement
+    for n in env_sizes:
+        tasks.append(("acting", (n,)))
+        if config.schedule == "async" and n >= 4:  # only the async actors can use EnvPool's async mode
+            tasks.append(("async_mode", (n,)))
+    first_acting = (1 + len(batch_sizes)) * len(devices)
+    # the preset batch and num_envs (and, for async actors, its async mode) are measured whatever the budget
+    essential = set(range(len(devices))) | {first_acting} | (
+        {first_acting + 1} if first_acting + 1 < len(tasks) and tasks[first_acting + 1][0] == "async_mode" else set())
+    cost = {"acting": 2.0, "update": 3.0, "async_mode": 2.0}  # seconds, compile included; refined by each measurement
+    measure = {"acting": measure_acting, "update": measure_update, "async_mode": measure_async_mode}
     for index, (kind, args) in enumerate(tasks):
         if index not in essential and not budget.allows(cost[kind]):
-            skipped.append(f"{kind} at {'num_envs' if kind == 'acting' else 'batch'} {args[0]} (budget)")
+            skipped.append(f"{kind} at {'batch' if kind == 'update' else 'num_envs'} {args[0]} (budget)")
             continue
         begin = time.perf_counter()
-        (measure_acting if kind == "acting" else measure_update)(*args)
+        measure[kind](*args)
         cost[kind] = 1.2 * (time.perf_counter() - begin)
     for env in [probe_env, *keep_alive]:
         env.pool.close()
@@ -404,11 +437,14 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
     samples_per_step = hyper.utd_ratio * hyper.batch_size  # held fixed: consumed per produced
     candidates = []
     for n, act_s in rollout_per_step.items():
+        env_batch, act_per_env_step = n, act_s / n
+        staged = async_mode_per_step.get(n)
+        if staged is not None and staged[1] * ASYNC_MODE_MARGIN < act_per_env_step:
+            env_batch, act_per_env_step = staged
         for size, update_s in update_s_at.items():
             learn_per_env_step = samples_per_step / size * update_s
-            act_per_env_step = act_s / n
             per_step = act_per_env_step + learn_per_env_step if config.schedule == "sync" else max(act_per_env_step, learn_per_env_step)
-            candidates.append(dict(num_envs=n, num_threads=best_threads[n], batch_size=size,
+            candidates.append(dict(num_envs=n, num_threads=best_threads[n], env_batch_size=env_batch, batch_size=size,
                                    utd_ratio=samples_per_step / size, trained_sps=1.0 / per_step))
 
     def best_at(size: int) -> dict:
@@ -426,11 +462,18 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
                       f"per env step) is {BATCH_MARGIN:.2f}x+ faster than the preset's {hyper.batch_size}")
     plan = off_policy_plan(dataclasses.replace(hyper, batch_size=pick["batch_size"], utd_ratio=pick["utd_ratio"]),
                            pick["num_envs"], dispatch_steps(config))
-    choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["num_envs"],
+    choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["env_batch_size"],
                   batch_size=pick["batch_size"], utd_ratio=pick["utd_ratio"],
                   rollout_length=plan.rollout_length, updates_per_iteration=plan.updates_per_iteration)
+    if pick["env_batch_size"] < pick["num_envs"]:
+        env_batch_note = (f"env batch {pick['env_batch_size']} (EnvPool's async mode) acts {ASYNC_MODE_MARGIN:.2f}x+ "
+                          f"faster than stepping all {pick['num_envs']} envs together")
+    elif config.schedule == "async":
+        env_batch_note = f"env batch = num_envs (EnvPool's async mode was not {ASYNC_MODE_MARGIN:.2f}x faster)"
+    else:
+        env_batch_note = "env batch = num_envs (only the async actors use EnvPool's async mode)"
     reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted trained steps/s "
-              f"({pick['trained_sps']:,.0f}, {config.schedule}); {batch_note}; env batch = num_envs (the XLA step is synchronous)")
+              f"({pick['trained_sps']:,.0f}, {config.schedule}); {batch_note}; {env_batch_note}")
     return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, machine(), envpool_rows,
                        acting, learning, candidates, choice, reason, skipped)
 

@@ -149,6 +149,10 @@ class TrainConfig:
     'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
     num_actors: int = 1
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
+    env_batch_size: int = 0
+    """async: EnvPool's async mode in each actor when below --num-envs: each recv returns the first
+    this many envs to finish their step, and the policy acts on them while the others step.
+    0: --num-envs (synchronous, the whole chunk one jitted program around EnvPool's XLA step)."""
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
     dispatch_steps: int = 0

@@ -131,8 +131,10 @@ def check_env_id(env_id: str) -> str:
     return family
 
 
-def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, **options: Any) -> Any:
-    """A synchronous gymnasium-style EnvPool (batch_size == num_envs)."""
+def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, batch_size: int = 0, **options: Any) -> Any:
+    """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
+    `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
+    Env i is seeded `seed + i` either way."""
     import envpool
 
     check_env_id(env_id)
@@ -140,7 +142,7 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, **options
         env_id,
         env_type="gymnasium",
         num_envs=num_envs,
-        batch_size=num_envs,
+        batch_size=batch_size or num_envs,
         num_threads=num_threads,
         seed=seed,
         **options,
@@ -293,6 +295,32 @@ def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) ->
     return checked
 
 
+def end_flags(done: Any, trunc: Any, elapsed: Any, max_steps: int) -> tuple[Any, Any]:
+    """(terminated, truncated) from EnvPool's flags, for numpy or jax arrays.
+
+    EnvPool has reported time-limit ends as plain `done` in some versions: trust the clock."""
+    truncated = done & (trunc | (elapsed >= max_steps))
+    return done & ~truncated, truncated
+
+
+class HostSteps(NamedTuple):
+    """What one `recv` of an async-mode pool returns, on the host; arrays are `[batch_size, ...]`."""
+
+    env_id: np.ndarray  # int32: which envs these are
+    obs: np.ndarray  # float32
+    reward: np.ndarray  # float32
+    terminated: np.ndarray  # bool
+    truncated: np.ndarray  # bool
+
+
+def recv_steps(pool: Any, max_steps: int) -> HostSteps:
+    """The next `batch_size` finished envs of an async-mode pool, in the learner's dtypes."""
+    obs, reward, terminated, truncated, info = pool.recv()
+    terminated, truncated = end_flags(terminated | truncated, truncated, info["elapsed_step"], max_steps)
+    return HostSteps(np.asarray(info["env_id"], np.int32), np.asarray(obs, np.float32),
+                     np.asarray(reward, np.float32), terminated, truncated)
+
+
 def make_xla_env(
     env_id: str, num_envs: int, num_threads: int, seed: int, **options: Any
 ) -> XlaEnv:
@@ -323,13 +351,11 @@ def make_xla_env(
         handle, *fields = recv(handle)
         state = {k: from_wire(v, state_dtypes[k]) for k, v in zip(state_keys, fields)}
         elapsed = state["elapsed_step"].astype(jnp.int32)
-        done = state["done"].astype(bool)
-        # EnvPool has reported time-limit ends as plain `done` in some versions: trust the clock.
-        truncated = done & (state["trunc"].astype(bool) | (elapsed >= max_steps))
+        terminated, truncated = end_flags(state["done"].astype(bool), state["trunc"].astype(bool), elapsed, max_steps)
         return handle, Step(
             obs=state["obs"].astype(jnp.float32),
             reward=state["reward"].astype(jnp.float32),
-            terminated=done & ~truncated,
+            terminated=terminated,
             truncated=truncated,
             elapsed_step=elapsed,
         )

@@ -62,6 +62,13 @@ def concurrent_acting_device(env) -> jax.Device:
     return fused_loop_device(env)
 
 
+def host_acting_device() -> jax.Device:
+    """Where a policy acts on observations that arrive on the host (EnvPool's async mode, one
+    batch per `recv`): the CPU, which has them already; a copy to an accelerator and back per
+    batch would cost more than a small policy's forward pass."""
+    return jax.devices("cpu")[0]
+
+
 def learner_devices() -> list[jax.Device]:
     """The devices learner roles may use: the accelerators, or else the (possibly fake) CPU devices."""
     return list(jax.devices())

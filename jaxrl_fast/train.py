@@ -35,6 +35,11 @@ def validate(config: TrainConfig) -> None:
     need(config.dispatch_steps >= 0, f"--dispatch-steps must be 0 (auto) or positive, got {config.dispatch_steps}")
     need(config.checkpoint_interval >= 0, f"--checkpoint-interval must be 0 (only at the end) or positive, got {config.checkpoint_interval}")
     need(config.keep_checkpoints >= 1, f"--keep-checkpoints must be at least 1, got {config.keep_checkpoints}")
+    need(0 <= config.env_batch_size <= config.num_envs,
+         f"--env-batch-size {config.env_batch_size} must be between 0 (all envs) and --num-envs {config.num_envs}")
+    need(config.env_batch_size in (0, config.num_envs) or config.schedule == "async",
+         f"--env-batch-size {config.env_batch_size} (EnvPool's async mode) is for the --schedule async actors; "
+         f"the {config.schedule} schedule steps all --num-envs together inside its jitted program")
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
     if config.algo in OFF_POLICY:
         hyper = getattr(config, config.algo)

@@ -210,8 +210,10 @@ class Driver:
     def _init_async(self, algo, plan, where) -> None:
         config, env = self.config, self.env
         loop = AsyncLoop(algo, env, self.options, plan, where.critic[0], config.seed, config.num_actors,
-                         config.max_policy_lag, self._on_eval, self.plan.eval_every_iterations)
+                         config.max_policy_lag, self._on_eval, self.plan.eval_every_iterations, config.env_batch_size)
         self.placement = where.describe() | {"actors": config.num_actors}
+        if loop.async_mode:
+            self.placement["acting"] = placement.describe(loop.actors[0].device)
 
         take, put = self._off_policy_parts()
 

@@ -43,7 +43,7 @@ def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, 
 
 
 def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
-    config = resolve_defaults("Pendulum-v1", "sac", "classic_control")
+    config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), schedule="async", num_envs=8)
     result = calibration.calibrate(config, budget_s=15.0)
     assert result.elapsed_s <= 15.0 * 1.25
     choice = result.choice
@@ -54,6 +54,12 @@ def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
     validate(applied)
     assert applied.num_envs == choice["num_envs"] and applied.sac.batch_size == choice["batch_size"]
     assert any(row["size"] == f"batch {hyper.batch_size}" for row in result.learning)
+    # the async actors' EnvPool async mode was measured at the preset's num_envs, and chosen only if it paid
+    async_mode = [row for row in result.acting if row.get("env_batch", row["num_envs"]) < row["num_envs"]]
+    assert {row["env_batch"] for row in async_mode if row["num_envs"] == 8} == {4, 2}
+    assert choice["env_batch_size"] in {choice["num_envs"]} | {row["env_batch"] for row in async_mode
+                                                                if row["num_envs"] == choice["num_envs"]}
+    assert applied.env_batch_size == (choice["env_batch_size"] if choice["env_batch_size"] < choice["num_envs"] else 0)
 
 
 def test_recalibrate_measures_again(cache):

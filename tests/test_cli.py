@@ -97,6 +97,10 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
          "smaller than one batch"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--sac.buffer-size", "4000000000000"], "GiB"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--normalize-observations"], "on-policy options"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--num-envs", "4", "--env-batch-size", "8"],
+         "--env-batch-size 8 must be between 0 (all envs) and --num-envs 4"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--num-envs", "4", "--env-batch-size", "2"],
+         "is for the --schedule async actors"),
     ],
 )
 def test_off_policy_bad_input_is_refused(tmp_path, capsys, args, message):

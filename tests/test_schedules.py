@@ -54,13 +54,21 @@ def async_config(tmp_path, **changes):
     return dataclasses.replace(base, schedule="async", run_dir=tmp_path / "run", progress="off", **changes)
 
 
-def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path):
-    summary = train(async_config(tmp_path, total_steps=12_000, target_return=-200.0, max_policy_lag=2, num_actors=2))
+@pytest.mark.parametrize("actors", [
+    dict(num_actors=2),  # each actor one jitted program around EnvPool's XLA step
+    dict(num_actors=1, num_envs=4, env_batch_size=2),  # EnvPool's async mode, streams staged on the host
+], ids=["xla-step", "async-mode"])
+def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actors):
+    summary = train(async_config(tmp_path, total_steps=12_000, target_return=-200.0, max_policy_lag=2, **actors))
     assert summary.get("target_step") is not None  # reached -200
     assert summary["policy_lag_max"] <= 2
     assert abs(summary["replay_ratio"] - summary["target_ratio"]) <= 0.05 * summary["target_ratio"]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(line["async/policy_lag_max"] <= 2 for line in lines if "async/policy_lag_max" in line)
+    timing = [line for line in lines if "timing/update_s" in line]
+    assert timing and all(line["timing/env_s"] > 0 and "timing/transfer_s" in line for line in timing)
+    if "env_batch_size" in actors:  # the host loop times the policy apart from EnvPool
+        assert all(line["timing/inference_s"] > 0 for line in timing)
 
 
 def test_a_failing_actor_thread_stops_the_run_with_its_error(tmp_path, monkeypatch):

@@ -1,6 +1,9 @@
 """The `async` schedule for off-policy algorithms (Spreeze, TianJi): actors and learner at their own pace.
 
-Actor threads each own an EnvPool instance and a jitted acting program. They read the newest
+Actor threads each own an EnvPool instance and act with either a jitted program around EnvPool's
+XLA step (`--env-batch-size` 0 or `--num-envs`), or, in EnvPool's async mode (`--env-batch-size`
+below `--num-envs`), the jitted policy on each batch of envs that finished first, with per-env
+streams staged on the host (`jaxrl_fast.schedules.async_mode`). They read the newest
 published parameters (newest wins, with a version number), act a chunk of steps, and hand the rows
 to the learner tagged with the version that produced them. The learner (the trainer's thread)
 writes the rows into the replay buffer, runs its updates and publishes new parameters.
@@ -33,9 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.data import OffPolicyAlgorithm
-from jaxrl_fast.env import XlaEnv, add_stats, init_episode_stats, make_xla_env
+from jaxrl_fast.env import EpisodeStats, XlaEnv, add_stats, init_episode_stats, make_xla_env
+from jaxrl_fast.placement import host_acting_device
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
+from jaxrl_fast.schedules.async_mode import AsyncModeActor
 from jaxrl_fast.schedules.offpolicy import OffPolicyPlan, make_pieces, mean_metrics, reduce_update_metrics
 from jaxrl_fast.schedules.timing import PhaseClock
 
@@ -120,15 +125,22 @@ def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
 class AsyncLoop:
     def __init__(self, algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
                  learner_device: jax.Device, seed: int, num_actors: int, max_policy_lag: int, on_eval=None,
-                 eval_every_iterations: int = 0):
+                 eval_every_iterations: int = 0, env_batch_size: int = 0):
         if options.normalize_observations or options.scale_rewards:
             raise ValueError("--schedule async: observation normalization and reward scaling are on-policy options")
         self.algo, self.plan, self.options = algo, plan, options
         self.device, self.seed = learner_device, seed
         self.on_eval, self.eval_every = on_eval, eval_every_iterations
         threads = env.pool.config["num_threads"]
-        self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads, seed + ACTOR_SEED_STRIDE * i)
-                             for i in range(1, num_actors)]
+        self.num_actors = num_actors
+        self.async_mode = 0 < env_batch_size < env.spec.num_envs
+        if self.async_mode:  # EnvPool's async mode: each actor stages per-env streams on the host
+            self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, env_batch_size, threads,
+                                          seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, host_acting_device())
+                           for i in range(num_actors)]
+        else:  # the whole chunk is one jitted program around EnvPool's XLA step
+            self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads, seed + ACTOR_SEED_STRIDE * i)
+                                 for i in range(1, num_actors)]
         self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
         self.pieces = make_pieces(algo, env, options, plan)
         self.stop = threading.Event()
@@ -141,7 +153,9 @@ class AsyncLoop:
         self.version = 0
         self.episodes = init_episode_stats()
         self.warmup_written = 0
-        self.clock = PhaseClock()  # env: actors' acting programs (EnvPool + inference); update: the learner's
+        # env: EnvPool (with the XLA step, the whole acting program, inference included); inference:
+        # the policy on an async-mode batch; transfer: copies between the actors' and learner's devices
+        self.clock = PhaseClock()
 
         def updates(actor, critic, replay, keys, first_index):
             indices = first_index + jnp.arange(keys.shape[0])
@@ -157,11 +171,9 @@ class AsyncLoop:
         self._add_block = jax.jit(add_block, donate_argnums=0)
 
     # -- actors ----------------------------------------------------------------------------
-    def _actor(self, index: int, env: XlaEnv, warmup_chunks: int) -> None:
+    def _actor(self, index: int, warmup_chunks: int) -> None:
         try:
-            pieces = make_pieces(self.algo, env, self.options, self.plan)
-            act = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
-            carry = jax.jit(lambda h, o: init_env_carry(env, self.options, h, o))(env.handle, env.reset())
+            act = self._async_mode_acting(index) if self.async_mode else self._xla_acting(index)
             key = jax.random.key(self.seed + 7919 * (index + 1))
             chunks = 0
             while not self.stop.is_set():
@@ -170,16 +182,47 @@ class AsyncLoop:
                     return
                 params, version = self.store.latest()
                 key, sub = jax.random.split(key)
-                env_step = jnp.int32(chunks * self.chunk * len(self.envs))  # the run's steps so far (DQN's epsilon)
+                env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
+                rows, acted_by, finished = act(params, version, random, sub, env_step)
                 begin = time.perf_counter()
-                carry, rows, finished = act(carry, params, sub, env_step, random)
-                jax.block_until_ready(rows)
-                self.clock.interval("env", begin, time.perf_counter())
-                self.queue.put(Chunk(jax.device_put(rows, self.device), -1 if random else version, finished, index))
+                rows = jax.block_until_ready(jax.device_put(rows, self.device))
+                self.clock.interval("transfer", begin, time.perf_counter())
+                self.queue.put(Chunk(rows, acted_by, finished, index))
                 chunks += 1
         except BaseException as error:  # reported by the learner; every thread stops
             self.errors.append(error)
             self.stop.set()
+
+    def _xla_acting(self, index: int):
+        """Acting as one jitted program per chunk: EnvPool's XLA step and the policy inside `lax.scan`."""
+        env = self.envs[index]
+        pieces = make_pieces(self.algo, env, self.options, self.plan)
+        program = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
+        carry = jax.jit(lambda h, o: init_env_carry(env, self.options, h, o))(env.handle, env.reset())
+
+        def act(params, version, random, key, env_step):
+            nonlocal carry
+            begin = time.perf_counter()
+            carry, rows, finished = program(carry, params, key, jnp.int32(env_step), random)
+            jax.block_until_ready(rows)
+            self.clock.interval("env", begin, time.perf_counter())
+            return rows, -1 if random else version, finished
+
+        return act
+
+    def _async_mode_acting(self, index: int):
+        """Acting on EnvPool's async-mode batches from the host, rows staged per env stream."""
+        actor = self.actors[index]
+
+        def act(params, version, random, key, env_step):
+            begin = time.perf_counter()
+            params = jax.block_until_ready(jax.device_put(params, actor.device))
+            self.clock.interval("transfer", begin, time.perf_counter())
+            staged = actor.act_chunk(params, version, random, key, env_step, self.clock)
+            finished = EpisodeStats(*(jnp.asarray(x) for x in staged.finished))
+            return staged.rows, staged.version, finished
+
+        return act
 
     # -- learner ---------------------------------------------------------------------------
     def init(self, key: jax.Array, handle: Any, first_obs: Any, resume: tuple | None = None):
@@ -187,28 +230,28 @@ class AsyncLoop:
         checkpoint holds the replay buffer); a restored buffer needs no warm-up."""
         with jax.default_device(self.device):
             state = jax.jit(self.pieces.init)(key, handle, first_obs)
-        streams = self.chunk // self.plan.rollout_length * len(self.envs)
+        streams = self.chunk // self.plan.rollout_length * self.num_actors
         example = jax.tree.map(lambda x: jax.ShapeDtypeStruct((streams, *x.shape[2:]), x.dtype), state.replay.rows)
-        rows = max(2, -(-self.plan.replay_rows // len(self.envs)))  # the same total capacity over more streams
+        rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
         replay = init_replay(rows, example)
         self.state = jax.device_put(state._replace(replay=replay), self.device)
-        warmup_chunks = max(1, -(-self.plan.warmup_iterations // len(self.envs)))
+        warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
         if resume is not None:
             put, counters, has_replay = resume
             self.state = put(self.state)
             self.version = counters["version"]
             for name in ("accepted", "consumed", "dropped"):
                 setattr(self.controller, name, counters[name])
-            self.controller.started = [(counters["accepted"] + counters["dropped"]) // (self.chunk * len(self.envs))] * len(self.envs)
+            self.controller.started = [(counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)] * self.num_actors
             warmup_chunks = 0 if has_replay else warmup_chunks
         self.store = ParameterStore(self.algo.acting_params(self.state.actor, self.state.critic))
         self.store.publish(self.store.latest()[0], self.version)
-        for i, env in enumerate(self.envs):
-            thread = threading.Thread(target=self._actor, args=(i, env, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
+        for i in range(self.num_actors):
+            thread = threading.Thread(target=self._actor, args=(i, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
                                       daemon=True)
             thread.start()
             self.threads.append(thread)
-        self.warmup_samples = warmup_chunks * len(self.envs) * self.chunk
+        self.warmup_samples = warmup_chunks * self.num_actors * self.chunk
         return self.state
 
     def _drain(self, block: bool) -> None:
@@ -309,3 +352,7 @@ class AsyncLoop:
             self.controller.cond.notify_all()
         for thread in self.threads:
             thread.join(timeout)
+        if self.async_mode and not any(thread.is_alive() for thread in self.threads):
+            for actor in self.actors:
+                actor.close()
+            self.actors = []

@@ -57,6 +57,29 @@ class PhaseClock:
         with self._lock:
             intervals, self._intervals = self._intervals, defaultdict(list)
         out = {f"timing/{name}_s": sum(e - b for b, e in spans) for name, spans in intervals.items()}
-        a, b = (intervals.get(name, []) for name in overlap)
-        out["timing/overlap_s"] = sum(max(0.0, min(e1, e2) - max(b1, b2)) for b1, e1 in a for b2, e2 in b)
+        a, b = (union(intervals.get(name, [])) for name in overlap)
+        out["timing/overlap_s"] = intersection_length(a, b)
         return out
+
+
+def union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, disjoint intervals covering the same time (several actors can be in one phase at once)."""
+    merged: list[tuple[float, float]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((begin, end))
+    return merged
+
+
+def intersection_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Seconds covered by both of two sorted, disjoint interval lists (one linear sweep)."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
