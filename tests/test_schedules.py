@@ -71,20 +71,22 @@ def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actor
         assert all(line["timing/inference_s"] > 0 for line in timing)
 
 
-def test_a_failing_actor_thread_stops_the_run_with_its_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("where, actors", [
+    ("asynchronous.init_env_carry", {}),  # the XLA-step actor's set-up
+    ("async_mode.recv_steps", dict(num_envs=4, env_batch_size=2)),  # an async-mode actor's EnvPool recv
+], ids=["xla-step", "async-mode"])
+def test_a_failing_actor_thread_stops_the_run_with_its_error(tmp_path, monkeypatch, where, actors):
+    import importlib
     import threading
 
-    from jaxrl_fast.schedules import asynchronous
-
-    calls = []
+    module, name = where.split(".")
 
     def exploding(*args, **kwargs):
-        calls.append(1)
         raise RuntimeError("actor exploded")
 
-    monkeypatch.setattr(asynchronous, "init_env_carry", exploding)
+    monkeypatch.setattr(importlib.import_module(f"jaxrl_fast.schedules.{module}"), name, exploding)
     with pytest.raises(RuntimeError, match="actor thread failed: RuntimeError: actor exploded"):
-        train(async_config(tmp_path, total_steps=4000))
+        train(async_config(tmp_path, total_steps=4000, **actors))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert "actor exploded" in summary["error"]
     assert not [t for t in threading.enumerate() if t.name.startswith("jaxrl_fast-actor")]

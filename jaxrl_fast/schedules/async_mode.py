@@ -135,11 +135,12 @@ class AsyncModeActor:
         self.pool = make_pool(spec.env_id, num_envs, num_threads, seed, batch_size=batch_size)
         self.max_steps, self.device = spec.max_episode_steps, device
 
-        def act(params, obs, key, env_step, random: bool):
+        def act(params, obs, key, cycle, env_step, random: bool):
+            key = jax.random.fold_in(key, cycle)  # in the program: a split per batch would be a dispatch of its own
             out = algo.random_act(obs, key) if random else algo.act(params, obs, key, env_step)
             return out.action, out.env_action
 
-        self._act = jax.jit(act, static_argnums=4)
+        self._act = jax.jit(act, static_argnums=5)
         obs = jax.ShapeDtypeStruct((batch_size, *spec.obs_shape), jnp.float32)
         action = jax.eval_shape(lambda o, k: algo.random_act(o, k).action, obs, jax.random.key(0))
         self.stager = StreamStager(num_envs, chunk_length, spec.obs_shape,
@@ -149,15 +150,14 @@ class AsyncModeActor:
     def act_chunk(self, params: Any, version: int, random: bool, key: jax.Array, env_step: int, clock: Any) -> StagedChunk:
         import time
 
-        stager = self.stager
+        stager, cycle, env_step = self.stager, 0, np.int32(env_step)
         while not stager.ready():
             begin = time.perf_counter()
             steps = recv_steps(self.pool, self.max_steps)
             stager.record(steps)
             received = time.perf_counter()
-            key, sub = jax.random.split(key)
-            with jax.default_device(self.device):
-                action, env_action = jax.device_get(self._act(params, steps.obs, sub, jnp.int32(env_step), random))
+            action, env_action = jax.device_get(self._act(params, steps.obs, key, np.int32(cycle), env_step, random))
+            cycle += 1
             acted = time.perf_counter()
             stager.acted(steps.env_id, action, -1 if random else version)
             self.pool.send(env_action, steps.env_id)
