@@ -14,6 +14,9 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "experiments" / "notebooks"
 def execute(name: str, cwd: Path, monkeypatch) -> nbformat.NotebookNode:
     """Run a notebook on the `python3` kernel with its working directory in `cwd`; raises on a failing cell."""
     monkeypatch.setenv("JAXRL_FAST_NOTEBOOK_SMOKE", "1")  # the kernel inherits this process's environment
+    # `import envpool` sets MPLBACKEND=Agg in os.environ (for its Jumanji viewers); a kernel started with it
+    # would draw no inline figures, so let ipykernel choose its inline backend as in a fresh Jupyter.
+    monkeypatch.delenv("MPLBACKEND", raising=False)
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(cwd)}}).execute()
