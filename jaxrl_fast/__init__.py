@@ -2,6 +2,11 @@
 
 __version__ = "0.1.0"
 
+from jaxrl_fast.video import preload_egl as _preload_egl
+
+# Before anything imports EnvPool: MuJoCo can render (videos) only if EGL was loaded first.
+_preload_egl()
+
 
 def load_policy(run_dir, step=None):
     """The deterministic policy saved in a run directory, as a callable observations -> actions.

@@ -139,6 +139,11 @@ class TrainConfig:
     """Environment steps between evaluations (0: only the final one)."""
     eval_episodes: int = 10
     """Deterministic episodes per evaluation."""
+    video_interval: int = 0
+    """Film one deterministic evaluation episode every N evaluations (the first, every N-th after it, and the
+    final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Recorded by the evaluation thread; needs
+    `pip install 'jaxrl_fast[video]'` and an env that renders (classic control, Box2D; MuJoCo with EGL).
+    Off by default: encoding takes CPU that training shares, and MuJoCo needs system OpenGL libraries."""
     log_interval: int = 10_000
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"

@@ -5,19 +5,27 @@ The jitted training loop hands policy parameters to `Evaluator.request` through 
 next request comes, the waiting request is replaced (and counted as skipped), so a slow
 evaluation never stalls training. An evaluation that raises is logged and counted; training
 goes on. `close()` stops the thread and joins it within a timeout.
+
+With a `VideoPlan`, some evaluations also film their first episode (env 0 of the evaluation
+pool: a deterministic evaluation episode, acted by the evaluated policy) into RUN_DIR/videos/.
+Rendering and encoding happen here, in the evaluation's thread; a failure of either is logged
+and counted, and the evaluation goes on without its video.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from jaxrl_fast.env import make_pool
+from jaxrl_fast.video import EpisodeRecorder, render_pool, video_path
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +45,42 @@ class EvalResult(NamedTuple):
         return float(np.std(self.returns))
 
 
-def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_steps: int) -> tuple[np.ndarray, np.ndarray]:
+@dataclasses.dataclass(frozen=True)
+class VideoPlan:
+    """Which evaluations are filmed: the 1st, then every `every`-th, and any at or past `final_step`."""
+
+    run_dir: Path
+    every: int
+    final_step: int
+
+    def records(self, index: int, step: int) -> bool:
+        """Whether the evaluation number `index` (from 0) of this run, at `step`, is filmed."""
+        return index % self.every == 0 or step >= self.final_step
+
+
+def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_steps: int,
+                 on_frame: Callable[[], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One episode in each env of a synchronous pool; returns (returns, lengths) per env.
 
     Each env counts only its first episode: after it ends, EnvPool auto-resets that env and
-    what follows is ignored.
+    what follows is ignored. `on_frame`, if given, is called after the reset and after each
+    step of env 0's episode, its last included (a recorder renders env 0 then).
     """
     obs, _ = pool.reset()
     n = obs.shape[0]
     returns, lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
     running = np.ones(n, bool)
+    if on_frame is not None:
+        on_frame()
     for _ in range(max_steps + 1):
         action = np.asarray(policy(np.asarray(obs, np.float32)))
         obs, reward, terminated, truncated, _ = pool.step(action)
+        filming = on_frame is not None and running[0]
         returns += np.where(running, reward, 0.0)
         lengths += running
         running &= ~(terminated | truncated)
+        if filming:
+            on_frame()
         if not running.any():
             break
     return returns, lengths
@@ -67,6 +95,7 @@ class Evaluator:
       policy: `(payload, obs [N, ...] float32) -> env actions`; jitted by the caller.
       on_result: called in the evaluator thread with each `EvalResult`.
       max_episode_steps: bound on an evaluation's length.
+      video: which evaluations to film (None: none); the pool is then made renderable.
     """
 
     def __init__(
@@ -77,8 +106,13 @@ class Evaluator:
         policy: Callable[[Any, np.ndarray], np.ndarray],
         on_result: Callable[[EvalResult], None],
         max_episode_steps: int,
+        video: VideoPlan | None = None,
     ):
-        self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed)
+        if video is None:
+            self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed)
+        else:
+            self._pool = render_pool(env_id, num_envs=num_episodes, seed=seed)
+        self._video = video
         self._policy = policy
         self._on_result = on_result
         self._max_steps = max_episode_steps
@@ -91,6 +125,9 @@ class Evaluator:
         self.skipped = 0
         self.failures = 0
         self.last_error: str | None = None
+        self.evaluations = 0  # started, in this thread or the caller's
+        self.videos: list[Path] = []
+        self.video_failures = 0
         self._thread = threading.Thread(target=self._loop, name="jaxrl_fast-evaluator", daemon=True)
         self._thread.start()
 
@@ -105,8 +142,8 @@ class Evaluator:
             self._wake.notify()
 
     def evaluate(self, payload: Any, step: int) -> EvalResult:
-        """Run an evaluation in the calling thread (the final one) and return its result."""
-        return self._evaluate(payload, step)
+        """Run an evaluation in the calling thread (the final one, filmed when videos are on)."""
+        return self._evaluate(payload, step, final=True)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no evaluation is pending or running; False on timeout."""
@@ -130,11 +167,30 @@ class Evaluator:
             return
         self._pool.close()
 
-    def _evaluate(self, payload: Any, step: int) -> EvalResult:
+    def _evaluate(self, payload: Any, step: int, final: bool = False) -> EvalResult:
         start = time.perf_counter()
         with self._pool_lock:
-            returns, lengths = run_episodes(self._pool, lambda obs: self._policy(payload, obs), self._max_steps)
+            index, self.evaluations = self.evaluations, self.evaluations + 1
+            recorder = None
+            if self._video is not None and (final or self._video.records(index, step)):
+                recorder = EpisodeRecorder(self._pool, video_path(self._video.run_dir, step))
+            try:
+                returns, lengths = run_episodes(self._pool, lambda obs: self._policy(payload, obs), self._max_steps,
+                                                on_frame=recorder.capture if recorder else None)
+            except BaseException:
+                if recorder is not None:
+                    recorder.finish(keep=False)  # half an episode of a failed evaluation is no evaluation video
+                raise
+            if recorder is not None:
+                self._keep_video(recorder)
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
+
+    def _keep_video(self, recorder: EpisodeRecorder) -> None:
+        path = recorder.finish()
+        if path is not None:
+            self.videos.append(path)
+        elif recorder.error is not None:
+            self.video_failures += 1
 
     def _loop(self) -> None:
         while True:

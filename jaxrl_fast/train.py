@@ -31,6 +31,7 @@ def validate(config: TrainConfig) -> None:
     need(config.num_threads >= 0, f"--num-threads must be 0 (auto) or positive, got {config.num_threads}")
     need(config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}")
     need(config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}")
+    need(config.video_interval >= 0, f"--video-interval must be 0 (no videos) or positive, got {config.video_interval}")
     need(config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}")
     need(config.dispatch_steps >= 0, f"--dispatch-steps must be 0 (auto) or positive, got {config.dispatch_steps}")
     need(config.checkpoint_interval >= 0, f"--checkpoint-interval must be 0 (only at the end) or positive, got {config.checkpoint_interval}")
@@ -177,6 +178,18 @@ def check_devices(config: TrainConfig) -> None:
         raise ConfigError(str(error)) from None
 
 
+def check_video(config: TrainConfig) -> None:
+    """With --video-interval, refuse an env that cannot render here or a missing encoder, up front."""
+    if not config.video_interval:
+        return
+    from jaxrl_fast.video import VideoError, check_video_support
+
+    try:
+        check_video_support(config.env)
+    except VideoError as error:
+        raise ConfigError(str(error)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from jaxrl_fast.env import EnvError
     from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
@@ -190,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config.resume is None:
             check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
         check_devices(config)
+        check_video(config)
     except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -20,8 +20,9 @@ from jaxrl_fast import placement
 from jaxrl_fast.checkpoint import Checkpointer, check_finite, write_policy_info
 from jaxrl_fast.algos import make_algorithm, make_off_policy_algorithm
 from jaxrl_fast.config import OFF_POLICY, TrainConfig, algo_config, to_dict
+from jaxrl_fast.curves import LearningCurve
 from jaxrl_fast.env import make_xla_env
-from jaxrl_fast.evaluation import EvalResult, Evaluator
+from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 truncate_metrics, write_json)
 from jaxrl_fast.schedules.acting import EnvOptions, observe
@@ -299,6 +300,10 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
     `calibration` (a `jaxrl_fast.calibrate.Calibration` already applied to `config`) is recorded
     in `config.json`. `resume=True` continues the run in `config.run_dir` from its newest
     complete checkpoint (`python -m jaxrl_fast.train --resume RUN_DIR`)."""
+    if config.video_interval:  # refuse before anything is written (cached: the CLI asked already)
+        from jaxrl_fast.video import check_video_support
+
+        check_video_support(config.env)
     if resume:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
@@ -344,6 +349,7 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         f"{plan.num_threads} EnvPool threads, placement {driver.placement} -> {run_dir}"
     )
     target = TargetWatch(config.target_return)
+    curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}")
 
     results: dict[int, EvalResult] = {}  # by step: the final evaluation reuses one of the last iteration
 
@@ -359,6 +365,7 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         sink.write(result.step, record)
         progress.set_eval(result.step, result.mean, result.std)
         target.observe(result)
+        curve.update()  # after the line it draws is written; runs where the evaluation ran, never in training
 
     options = driver.options
     policy = jax.jit(lambda payload, obs: driver.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
@@ -369,6 +376,7 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         lambda payload, obs: np.asarray(policy(payload, obs)),
         on_result,
         env.spec.max_episode_steps,
+        VideoPlan(run_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
     )
     evaluator_box.append(evaluator)
     done, interrupted, train_time, compile_s = 0, False, 0.0, 0.0
@@ -452,6 +460,9 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         "target_return": config.target_return,
         "eval_failures": evaluator.failures,
         "eval_skipped": evaluator.skipped,
+        "videos": [str(path.relative_to(run_dir)) for path in evaluator.videos],
+        "video_failures": evaluator.video_failures,
+        "curve_failures": curve.failures,
         "interrupted": interrupted,
         "schedule": config.schedule,
     }

@@ -56,6 +56,8 @@ def test_help_shows_preset_resolved_defaults(capsys):
         (["--checkpoint-interval", "-1"], "--checkpoint-interval must be 0"),
         (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--dispatch-steps", "-1"], "--dispatch-steps must be"),
+        (["--video-interval", "-1"], "--video-interval must be 0"),
+        (["--env", "FrozenLake-v1", "--video-interval", "1"], "--video-interval: FrozenLake-v1 cannot be rendered here"),
     ],
 )
 def test_bad_input_gets_a_one_line_error_and_writes_nothing(tmp_path, capsys, args, message):

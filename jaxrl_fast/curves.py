@@ -1,0 +1,99 @@
+"""The learning-curve image of a run: RUN_DIR/learning_curve.png, drawn from metrics.jsonl.
+
+The evaluation side redraws it after every evaluation: evaluation mean ± std against env steps,
+and the mean return of the training episodes where the run logged one. The image is written
+to a temporary file and renamed, so a viewer never sees half of it. matplotlib is used through
+its object API with the Agg canvas (no pyplot: it keeps global state and is not thread-safe).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+CURVE_FILE = "learning_curve.png"
+
+
+class CurvePoints(NamedTuple):
+    eval_step: np.ndarray  # [E] env steps of the evaluations, ascending
+    eval_mean: np.ndarray  # [E]
+    eval_std: np.ndarray  # [E]
+    train_step: np.ndarray  # [T] env steps of the training lines that saw finished episodes
+    train_return: np.ndarray  # [T]
+
+
+def read_curve_points(metrics_path: Path) -> CurvePoints:
+    """The curve's points from a metrics.jsonl; a line cut short (a writer mid-line) is skipped."""
+    evals: dict[int, tuple[float, float]] = {}  # by step: a re-run final evaluation replaces its twin
+    train: dict[int, float] = {}
+    for line in Path(metrics_path).read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        step = record.get("step")
+        if record.get("eval_return_mean") is not None:
+            evals[step] = (record["eval_return_mean"], record.get("eval_return_std") or 0.0)
+        if record.get("train/episode_return") is not None:
+            train[step] = record["train/episode_return"]
+    eval_steps, train_steps = sorted(evals), sorted(train)
+    return CurvePoints(
+        eval_step=np.asarray(eval_steps, np.int64),
+        eval_mean=np.asarray([evals[s][0] for s in eval_steps], np.float64),
+        eval_std=np.asarray([evals[s][1] for s in eval_steps], np.float64),
+        train_step=np.asarray(train_steps, np.int64),
+        train_return=np.asarray([train[s] for s in train_steps], np.float64),
+    )
+
+
+def draw_learning_curve(points: CurvePoints, path: Path, title: str) -> None:
+    """Write the curve as a PNG at `path`, atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 4.0), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    if len(points.train_step):
+        axes.plot(points.train_step, points.train_return, color="tab:gray", alpha=0.6, linewidth=1,
+                  label="training episodes (mean return)")
+    if len(points.eval_step):
+        axes.fill_between(points.eval_step, points.eval_mean - points.eval_std, points.eval_mean + points.eval_std,
+                          color="tab:blue", alpha=0.2, linewidth=0)
+        axes.plot(points.eval_step, points.eval_mean, color="tab:blue", marker="o", markersize=3,
+                  label="evaluation (deterministic, mean ± std)")
+    axes.set_xlabel("environment steps")
+    axes.set_ylabel("episode return")
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    if len(points.train_step) or len(points.eval_step):
+        axes.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    partial = path.with_name(path.stem + ".partial.png")
+    figure.savefig(partial, format="png")
+    os.replace(partial, path)
+
+
+class LearningCurve:
+    """Redraws RUN_DIR/learning_curve.png on demand; a failure is logged and counted, never raised."""
+
+    def __init__(self, run_dir: Path, title: str):
+        self.path = Path(run_dir) / CURVE_FILE
+        self._metrics = Path(run_dir) / "metrics.jsonl"
+        self._title = title
+        self.failures = 0
+
+    def update(self) -> None:
+        try:
+            draw_learning_curve(read_curve_points(self._metrics), self.path, self._title)
+        except Exception as error:  # a picture must never take the evaluation (or training) down
+            self.failures += 1
+            log.error("learning curve %s could not be drawn: %s: %s", self.path, type(error).__name__, error)
