@@ -191,6 +191,14 @@ class TrainConfig:
     """With split placement: 'fresh' gives each update the other role's newest parameters (same
     results as single); 'lagged' gives the actor the critic from one update earlier, so both
     updates run at the same time."""
+    profile: bool = False
+    """Capture a jax.profiler trace of a window of training calls into RUN_DIR/profile/ (opens in
+    Perfetto and TensorBoard's profile plugin; `python profiling/summarize_trace.py RUN_DIR` gives
+    the time per phase). A training call is one log interval (one metrics line)."""
+    profile_start: int = 1
+    """--profile: training calls run before the trace starts (the first carries one-off work)."""
+    profile_calls: int = 3
+    """--profile: training calls traced. Every XLA op becomes a trace event: keep the window small."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
     td3: TD3Config = dataclasses.field(default_factory=TD3Config)

@@ -10,8 +10,11 @@ devices updates data-parallel over them (batch sharded, parameters replicated).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
+
+from jaxrl_fast import phases
 
 
 class PlacementError(ValueError):
@@ -42,6 +45,13 @@ class Placement:
 
 def describe(device: jax.Device) -> str:
     return f"{device.platform}:{device.id}"
+
+
+def transfer(tree: Any, where: Any, **options: Any) -> Any:
+    """`jax.device_put` of a pytree a schedule moves every iteration, marked as a transfer in
+    profiler traces. It marks the host's part (issuing the copy; on CPU devices the copy itself)."""
+    with jax.profiler.TraceAnnotation(phases.TRANSFER):
+        return jax.device_put(tree, where, **options)
 
 
 def fused_loop_device(env) -> jax.Device:

@@ -42,6 +42,8 @@ def validate(config: TrainConfig) -> None:
          f"--env-batch-size {config.env_batch_size} (EnvPool's async mode) is for the --schedule async actors; "
          f"the {config.schedule} schedule steps all --num-envs together inside its jitted program")
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
+    need(config.profile_start >= 0, f"--profile-start must be 0 or positive, got {config.profile_start}")
+    need(config.profile_calls >= 1, f"--profile-calls must be at least 1, got {config.profile_calls}")
     if config.algo in OFF_POLICY:
         hyper = getattr(config, config.algo)
         flag = f"--{config.algo}"
@@ -84,6 +86,14 @@ def validate(config: TrainConfig) -> None:
         need(0.0 <= ppo.gae_lambda <= 1.0, f"--ppo.gae-lambda must be in [0, 1], got {ppo.gae_lambda}")
         need(ppo.learning_rate > 0, f"--ppo.learning-rate must be positive, got {ppo.learning_rate}")
         need(len(ppo.hidden_sizes) > 0 and min(ppo.hidden_sizes) > 0, f"--ppo.hidden-sizes must be positive sizes, got {ppo.hidden_sizes}")
+    if config.profile:
+        from jaxrl_fast.trainer import planned_calls
+
+        calls = planned_calls(config)
+        need(config.profile_start + config.profile_calls <= calls,
+             f"--profile-start {config.profile_start} + --profile-calls {config.profile_calls} does not fit in the run's "
+             f"{calls} training calls (one per --log-interval {config.log_interval} steps of --total-steps "
+             f"{config.total_steps}); lower them, or raise --total-steps or lower --log-interval")
 
 
 RESUME_FLAGS = ("--total-steps", "--progress")  # what may change when a run is resumed
@@ -120,7 +130,8 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
     if latest_step(run_dir) is None:
         raise ConfigError(f"--resume: {run_dir} has no complete checkpoint yet (checkpoints/ is empty)")
     config = config_from_dict(data["train_config"])
-    changes: dict = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False)  # sizes already applied
+    # sizes already applied; the profile window counted the calls of the first process, its trace is kept
+    changes: dict = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False, profile=False)
     if known.total_steps is not None:
         changes["total_steps"] = known.total_steps
     if known.progress is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,6 +26,7 @@ from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 truncate_metrics, write_json)
+from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, ProfileWindow
 from jaxrl_fast.schedules.acting import EnvOptions, observe
 from jaxrl_fast.schedules.asynchronous import AsyncLoop
 from jaxrl_fast.schedules.concurrent import ConcurrentLoop
@@ -67,6 +69,31 @@ def make_plan(config: TrainConfig, steps_per_iteration: int, warmup_steps: int, 
     )
 
 
+def iteration_steps(config: TrainConfig) -> tuple[int, int]:
+    """(env steps per iteration, warm-up steps of random actions) from the config alone, as the
+    Driver's schedules take them (PPO: a rollout of every env; off-policy: `off_policy_plan`)."""
+    if config.algo in OFF_POLICY:
+        plan = off_policy_plan(algo_config(config), config.num_envs, dispatch_steps(config))
+        steps = plan.rollout_length * config.num_envs
+        return steps, plan.warmup_iterations * steps
+    return config.num_envs * config.ppo.num_steps, 0
+
+
+def warm_iterations(config: TrainConfig) -> int:
+    """Learning iterations `Driver.start` runs while compiling (they are training too): the
+    concurrent on-policy and the async schedules compile their learner by running one."""
+    if config.schedule == "async" or (config.schedule == "concurrent" and config.algo not in OFF_POLICY):
+        return 1
+    return 0
+
+
+def planned_calls(config: TrainConfig) -> int:
+    """Training calls (`driver.run`, one per log interval) of a fresh run that is not stopped early."""
+    steps, warmup = iteration_steps(config)
+    plan = make_plan(config, steps, warmup, 0)
+    return -(-max(0, plan.total_iterations - warm_iterations(config)) // plan.iterations_per_call)
+
+
 class Driver:
     """What the trainer needs of a schedule: start (init, warm-up, compile), run n iterations, the policy.
 
@@ -79,7 +106,7 @@ class Driver:
         self.options = EnvOptions(config.normalize_observations, config.scale_rewards,
                                   getattr(algo_config(config), "gamma", 0.99))
         self._request = evaluator_request
-        self.warm_iterations = 0  # iterations `start` ran while compiling (they are training too)
+        self.warm_iterations = warm_iterations(config)  # iterations `start` runs while compiling
         if config.algo in OFF_POLICY:
             self._init_off_policy()
         else:
@@ -143,7 +170,6 @@ class Driver:
                 self.state = self.state._replace(algo=saved["algo"], pending=saved["pending"], key=saved["key"],
                                                  env=env_carry, iteration=restored.meta["schedule"]["iteration"])
             self.state, _, _ = loop.run(self.state, 1)  # compiles both programs; counts as an iteration
-            self.warm_iterations = 1
             return time.perf_counter() - begin
 
         def run(n: int):
@@ -227,7 +253,6 @@ class Driver:
             self.state = loop.init(jax.random.key(config.seed), env.handle, env.reset(), resume)
             loop.warmup()  # actors fill the buffer with random actions (and compile their programs)
             loop.run(1)  # compiles the learner's program; counts as the first iteration
-            self.warm_iterations = 1
             return time.perf_counter() - begin
 
         self.start, self.run = start, loop.run
@@ -388,20 +413,26 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         state, schedule = driver.snapshot()
         checkpointer.save(step, state, driver.eval_payload(), {"iterations": done, "schedule": schedule})
 
+    tracer = CallTracer(run_dir / PROFILE_DIR, ProfileWindow(config.profile_start, config.profile_calls)) if config.profile else None
     stop = StopRequest()
     try:
         with stop:
             compile_s = driver.start(restored)
             done = (restored.meta["iterations"] if restored else 0) + driver.warm_iterations
+            calls = 0
             while done < plan.total_iterations and not target.reached.is_set():
                 if stop.signal is not None:
                     raise KeyboardInterrupt
                 n = min(plan.iterations_per_call, plan.total_iterations - done)
-                begin = time.perf_counter()
-                train_metrics, episodes = driver.run(n)
-                elapsed = time.perf_counter() - begin
+                step = plan.warmup_steps + done * plan.steps_per_iteration
+                traced = tracer.call(calls, step, step + n * plan.steps_per_iteration) if tracer else contextlib.nullcontext()
+                with traced:  # starting and stopping a trace happen outside the timed call
+                    begin = time.perf_counter()
+                    train_metrics, episodes = driver.run(n)
+                    elapsed = time.perf_counter() - begin
                 train_time += elapsed
                 done += n
+                calls += 1
                 step = plan.warmup_steps + done * plan.steps_per_iteration
                 learner = {k: v for k, v in driver.snapshot()[0].items() if k != "replay"}
                 check_finite(train_metrics, learner, step)  # before anything of this call is logged or saved
@@ -426,6 +457,7 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         error = failure
         log.error("training stopped: %s", failure)
     finally:
+        profile = tracer.close() if tracer else None  # a window the run ended inside is written too
         driver.close()
     steps = plan.warmup_steps + done * plan.steps_per_iteration if done else 0
     if error is None and done > saved_at:  # the end of the run (or an interruption) is a checkpoint too
@@ -467,6 +499,8 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         "schedule": config.schedule,
     }
     summary.update(driver.summary_extras(train_time))
+    if profile is not None:
+        summary["profile"] = profile
     if error is not None:
         summary["error"] = f"{type(error).__name__}: {error}"
     if target.time_s is not None:

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxrl_fast import phases
 from jaxrl_fast.data import Act, Transition
 from jaxrl_fast.env import EpisodeState, EpisodeStats, XlaEnv, init_episode_state, track_episodes
 from jaxrl_fast.ops.normalization import (
@@ -66,17 +67,20 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int):
     """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`."""
 
     def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, EpisodeStats]]:
-        obs = observe(options, carry.obs_moments, carry.obs)
-        act = policy(obs, key)
-        handle, step = env.step(carry.handle, act.env_action)
-        valid = ~carry.episodes.reset_step
-        episodes, finished = track_episodes(carry.episodes, step)
-        reward, reward_scale = step.reward, carry.reward_scale
-        if options.scale_rewards:
-            reward_scale, reward = scale_rewards(reward_scale, step.reward, step.terminated | step.truncated, valid, options.gamma)
-        moments = carry.obs_moments
-        if options.normalize_observations:
-            moments = update_moments(moments, step.obs)
+        with jax.named_scope(phases.INFERENCE):
+            obs = observe(options, carry.obs_moments, carry.obs)
+            act = policy(obs, key)
+        with jax.named_scope(phases.ENV):
+            handle, step = env.step(carry.handle, act.env_action)
+            valid = ~carry.episodes.reset_step
+            episodes, finished = track_episodes(carry.episodes, step)
+            reward, reward_scale = step.reward, carry.reward_scale
+            if options.scale_rewards:
+                reward_scale, reward = scale_rewards(reward_scale, step.reward, step.terminated | step.truncated, valid,
+                                                     options.gamma)
+            moments = carry.obs_moments
+            if options.normalize_observations:
+                moments = update_moments(moments, step.obs)
         transition = Transition(obs, act.action, reward, step.terminated, step.truncated, valid, act.extras)
         return EnvCarry(handle, step.obs, episodes, moments, reward_scale), (transition, finished)
 

@@ -35,9 +35,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_fast import phases
 from jaxrl_fast.data import OffPolicyAlgorithm
 from jaxrl_fast.env import EpisodeStats, XlaEnv, add_stats, init_episode_stats, make_xla_env
-from jaxrl_fast.placement import host_acting_device
+from jaxrl_fast.placement import host_acting_device, transfer
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
@@ -93,7 +94,7 @@ class Controller:
     def wait_to_start(self, actor: int) -> bool:
         """Block until `actor` may act its next chunk; False when the run is stopping."""
         begin = time.perf_counter()
-        with self.cond:
+        with jax.profiler.TraceAnnotation(phases.WAIT), self.cond:
             while not self.stop.is_set() and self.started[actor] >= self._blocks_paid() + self.lead:
                 self.cond.wait(0.05)
             self.started[actor] += 1
@@ -185,7 +186,7 @@ class AsyncLoop:
                 env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
                 rows, acted_by, finished = act(params, version, random, sub, env_step)
                 begin = time.perf_counter()
-                rows = jax.block_until_ready(jax.device_put(rows, self.device))
+                rows = jax.block_until_ready(transfer(rows, self.device))
                 self.clock.interval("transfer", begin, time.perf_counter())
                 self.queue.put(Chunk(rows, acted_by, finished, index))
                 chunks += 1
@@ -216,7 +217,7 @@ class AsyncLoop:
 
         def act(params, version, random, key, env_step):
             begin = time.perf_counter()
-            params = jax.block_until_ready(jax.device_put(params, actor.device))
+            params = jax.block_until_ready(transfer(params, actor.device))
             self.clock.interval("transfer", begin, time.perf_counter())
             staged = actor.act_chunk(params, version, random, key, env_step, self.clock)
             finished = EpisodeStats(*(jnp.asarray(x) for x in staged.finished))
@@ -258,13 +259,17 @@ class AsyncLoop:
         """Move arrived chunks into the buffer, a block (one chunk per actor) at a time."""
         while True:
             try:
-                chunk = self.queue.get(timeout=0.05) if block else self.queue.get_nowait()
+                chunk = self._wait_for_chunk() if block else self.queue.get_nowait()
             except queue.Empty:
                 return
             block = False
             self.pending[chunk.actor].append(chunk)
             while all(self.pending):
                 self._write_block([p.popleft() for p in self.pending])
+
+    def _wait_for_chunk(self) -> Chunk:
+        with jax.profiler.TraceAnnotation(phases.WAIT):
+            return self.queue.get(timeout=0.05)
 
     def _write_block(self, chunks: list[Chunk]) -> None:
         ctrl = self.controller
@@ -312,7 +317,7 @@ class AsyncLoop:
             self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
                                         updates=state.updates + self.plan.updates_per_iteration)
             # a copy: the next updates donate (overwrite) the learner's buffers while actors read these
-            self.store.publish(jax.device_put(self.algo.acting_params(actor, critic), self.device, may_alias=False),
+            self.store.publish(transfer(self.algo.acting_params(actor, critic), self.device, may_alias=False),
                                self.version)
             self.controller.note(consumed=need)
             collected.append(metrics)

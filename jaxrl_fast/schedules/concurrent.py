@@ -20,8 +20,10 @@ from typing import Any, NamedTuple
 
 import jax
 
+from jaxrl_fast import phases
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import XlaEnv, add_stats
+from jaxrl_fast.placement import transfer
 from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, observe
 from jaxrl_fast.schedules.offpolicy import mean_metrics
 from jaxrl_fast.schedules.timing import PhaseClock
@@ -54,7 +56,7 @@ class ConcurrentLoop:
             return env_carry, Rollout(transitions, observe(options, env_carry.obs_moments, env_carry.obs)), finished
 
         self._collect = jax.jit(collect_program, donate_argnums=0)
-        self._update = jax.jit(algo.update)
+        self._update = jax.jit(jax.named_scope(phases.UPDATE)(algo.update))
         self.steps_per_iteration = env.spec.num_envs * algo.rollout_length
 
     def init(self, key: jax.Array, handle: Any, first_obs: Any) -> ConcurrentState:
@@ -70,7 +72,7 @@ class ConcurrentLoop:
         collected, total = [], None
         for _ in range(n):
             key, collect_key, update_key = jax.random.split(state.key, 3)
-            behaviour = jax.device_put(state.algo, self.acting)  # theta_k acts for R_{k+1}
+            behaviour = transfer(state.algo, self.acting)  # theta_k acts for R_{k+1}
             # The learner program is dispatched first: it returns at once and runs on its device while
             # the EnvPool program (synchronous on the CPU) steps the environments.
             dispatched = time.perf_counter()
@@ -82,7 +84,7 @@ class ConcurrentLoop:
             if self.clock is not None:
                 jax.block_until_ready(rollout)
                 self.clock.interval("env", start, time.perf_counter())
-            state = ConcurrentState(algo_state, env_carry, jax.device_put(rollout, self.learner), key, state.iteration + 1)
+            state = ConcurrentState(algo_state, env_carry, transfer(rollout, self.learner), key, state.iteration + 1)
             collected.append(metrics)
             total = finished if total is None else add_stats(total, finished)
             if self.on_eval is not None and self.eval_every and state.iteration % self.eval_every == 0:

@@ -30,9 +30,10 @@ from jax import lax
 from jax.experimental import io_callback
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxrl_fast import phases
 from jaxrl_fast.data import OffPolicyAlgorithm, Transition
 from jaxrl_fast.env import EpisodeStats, XlaEnv, add_stats
-from jaxrl_fast.placement import Placement
+from jaxrl_fast.placement import Placement, transfer
 from jaxrl_fast.replay import ReplayState, Row, add_many, capacity_rows, init_replay, sample_batch
 from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, scan_iterations
 from jaxrl_fast.schedules.timing import PhaseClock
@@ -146,6 +147,7 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
         env_carry, transitions, finished = collect(env_carry, policy, key)
         return env_carry, rows_of(transitions), finished
 
+    @jax.named_scope(phases.UPDATE)
     def critic_step(critic: Any, replay: ReplayState, actor_exchange: Any, key: jax.Array):
         sample_key, critic_key, _ = jax.random.split(key, 3)
         batch = sample_batch(replay, sample_key, plan.batch_size, plan.n_step, plan.gamma)
@@ -154,6 +156,7 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
         critic, metrics = algo.update_critic(critic, actor_exchange, batch, critic_key)
         return critic, batch.obs, batch.weight, metrics
 
+    @jax.named_scope(phases.UPDATE)
     def actor_step(actor: Any, critic_exchange: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
         _, _, actor_key = jax.random.split(key, 3)
         return algo.update_actor(actor, critic_exchange, obs, weight, actor_key)
@@ -309,14 +312,14 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
 
     def store(state: OffPolicyState, random: bool):
         key, collect_key, update_keys = pieces.iteration_keys(state.key)
-        params = None if random else jax.device_put(acting_params(state), acting)
+        params = None if random else transfer(acting_params(state), acting)
         env_step = _env_step(plan, state.iteration, steps_per_iteration)
         start = time.perf_counter()
         env_carry, rows, finished = act_program(state.env, params, collect_key, env_step, random)
         if clock is not None:
             jax.block_until_ready(rows)
             clock.interval("env", start, time.perf_counter())
-        replay = add_program(state.replay, jax.device_put(rows, on_critic))
+        replay = add_program(state.replay, transfer(rows, on_critic))
         return state._replace(env=env_carry, replay=replay, key=key), update_keys, finished
 
     def warmup(state: OffPolicyState):
@@ -327,27 +330,26 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
         return state, total
 
     def split_updates(actor, critic, replay, update_keys, first_index: int, collected: list):
-        actor_x = jax.device_put(algo.actor_exchange(actor), on_critic)
-        critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)  # "lagged": one update old
+        actor_x = transfer(algo.actor_exchange(actor), on_critic)
+        critic_x = transfer(algo.critic_exchange(critic), on_actor)  # "lagged": one update old
         for k, key in enumerate(update_keys):
-            critic, obs, weight, metrics = critic_program(critic, replay, actor_x, jax.device_put(key, on_critic))
+            critic, obs, weight, metrics = critic_program(critic, replay, actor_x, transfer(key, on_critic))
             metrics = dict(metrics, **{"train/actor_updates": 0.0})
             if algo.actor_update_period and (first_index + k + 1) % algo.actor_update_period == 0:
                 if exchange == "fresh":
-                    critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)
-                actor, actor_metrics = actor_program(actor, critic_x, jax.device_put(obs, on_actor),
-                                                     jax.device_put(weight, on_actor), jax.device_put(key, on_actor))
+                    critic_x = transfer(algo.critic_exchange(critic), on_actor)
+                actor, actor_metrics = actor_program(actor, critic_x, *transfer((obs, weight, key), on_actor))
                 metrics.update(actor_metrics, **{"train/actor_updates": 1.0})
-                actor_x = jax.device_put(algo.actor_exchange(actor), on_critic)
+                actor_x = transfer(algo.actor_exchange(actor), on_critic)
             if exchange == "lagged":
-                critic_x = jax.device_put(algo.critic_exchange(critic), on_actor)
+                critic_x = transfer(algo.critic_exchange(critic), on_actor)
             collected.append(metrics)
         return actor, critic
 
     def learn(state: OffPolicyState, replay: ReplayState, update_keys, updates: int, collected: list):
         if shared:
             actor, critic, metrics = shared_program(state.actor, state.critic, replay,
-                                                    jax.device_put(update_keys, on_critic), jnp.int32(updates))
+                                                    transfer(update_keys, on_critic), jnp.int32(updates))
             collected.append(metrics)
             return actor, critic
         return split_updates(state.actor, state.critic, replay, list(update_keys), updates, collected)
@@ -359,7 +361,7 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
         for _ in range(n):
             if concurrent:  # act with theta_k while learning on the buffer as it was before this act
                 key, collect_key, update_keys = pieces.iteration_keys(state.key)
-                behaviour = jax.device_put(acting_params(state), acting, may_alias=False)  # updates donate theirs
+                behaviour = transfer(acting_params(state), acting, may_alias=False)  # updates donate theirs
                 env_step = _env_step(plan, iteration, steps_per_iteration)
                 # learner first: it is dispatched asynchronously and runs while EnvPool's program,
                 # synchronous on the CPU, steps the environments
@@ -372,7 +374,7 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
                 if clock is not None:
                     jax.block_until_ready(rows)
                     clock.interval("env", start, time.perf_counter())
-                replay = add_program(state.replay, jax.device_put(rows, on_critic))  # runs after the reads
+                replay = add_program(state.replay, transfer(rows, on_critic))  # runs after the reads
                 state = state._replace(env=env_carry, replay=replay, key=key)
             else:
                 state, update_keys, finished = store(state._replace(iteration=iteration), random=False)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import io_callback
 
+from jaxrl_fast import phases
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import EpisodeStats, XlaEnv
 from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, observe, scan_iterations
@@ -74,7 +75,8 @@ def make_sync_loop(
         key, rollout_key, update_key = jax.random.split(state.key, 3)
         state, transitions, finished = rollout(state, rollout_key)
         last_obs = observe(options, state.env.obs_moments, state.env.obs)
-        algo_state, metrics = algo.update(state.algo, Rollout(transitions, last_obs), update_key)
+        with jax.named_scope(phases.UPDATE):
+            algo_state, metrics = algo.update(state.algo, Rollout(transitions, last_obs), update_key)
         state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
         if on_eval is not None and eval_every_iterations > 0:
             payload = EvalPayload(algo.policy_params(algo_state), state.env.obs_moments)
