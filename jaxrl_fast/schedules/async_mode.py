@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_fast import phases
 from jaxrl_fast.env import EpisodeStats, HostSteps, make_pool, recv_steps
 from jaxrl_fast.replay import Row
 
@@ -137,7 +138,8 @@ class AsyncModeActor:
 
         def act(params, obs, key, cycle, env_step, random: bool):
             key = jax.random.fold_in(key, cycle)  # in the program: a split per batch would be a dispatch of its own
-            out = algo.random_act(obs, key) if random else algo.act(params, obs, key, env_step)
+            with jax.named_scope(phases.INFERENCE):
+                out = algo.random_act(obs, key) if random else algo.act(params, obs, key, env_step)
             return out.action, out.env_action
 
         self._act = jax.jit(act, static_argnums=5)
