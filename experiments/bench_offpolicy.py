@@ -66,17 +66,16 @@ def update_alone(batch: int, updates: int) -> float:
     algo, env, plan, loop, state = sac_setup(batch, "single")
     pieces = make_pieces(algo, env, EnvOptions(False, False, 0.99), plan)
 
-    def many(carry, keys):
-        indices = jnp.arange(keys.shape[0])
-        return jax.lax.scan(pieces.update_once, carry, (keys, indices))[0]
+    def many(carry, replay, keys):
+        return pieces.run_updates(*carry, replay, keys, jnp.int32(0))[:2]
 
     program = jax.jit(many, donate_argnums=0)
-    carry = (state.actor, state.critic, state.replay)
+    carry = (state.actor, state.critic)
     keys = jax.random.split(jax.random.key(1), updates)
-    carry = program(carry, keys)  # compile
+    carry = program(carry, state.replay, keys)  # compile
     jax.block_until_ready(carry)
     start = time.perf_counter()
-    carry = program(carry, keys)
+    carry = program(carry, state.replay, keys)
     jax.block_until_ready(carry)
     return batch * updates / (time.perf_counter() - start)
 

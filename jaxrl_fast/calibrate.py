@@ -399,8 +399,7 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
 
         # arrays go in as arguments: closed over, they would be baked into the program as constants
         def run(carry, replay, keys):
-            (actor, critic, _), _ = jax.lax.scan(pieces.update_once, (*carry, replay), (keys, jnp.arange(updates)))
-            return actor, critic
+            return pieces.run_updates(*carry, replay, keys, jnp.int32(0))[:2]
 
         program = jax.jit(run, donate_argnums=0)
         replay, carry, keys = jax.device_put((replay, init_roles(jax.random.key(0)), keys), device)  # fresh: donated

@@ -94,23 +94,23 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int):
 
 
 def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations_per_call: int):
-    """Run `iteration(state) -> (state, metrics, finished)` up to `iterations_per_call` times.
+    """Run `iteration(state) -> (state, metrics, finished)` min(num_iterations, iterations_per_call) times.
 
-    Iterations past `num_iterations` are skipped, so a run's last, shorter call reuses the same
-    compiled program. Returns (state, mean metrics over the run iterations, summed episode stats).
+    The count is a traced value, so a run's last, shorter call reuses the same compiled program.
+    A loop with a dynamic trip count rather than a scan whose steps `cond` on the count: XLA copies
+    the operands of a `cond`, which for an off-policy state is the whole replay buffer, every
+    iteration. Returns (state, mean metrics over the iterations run, summed episode stats).
     """
     from jaxrl_fast.env import add_stats, init_episode_stats
 
     metric_shapes = jax.eval_shape(lambda s: iteration(s)[1], state)
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metric_shapes)
 
-    def skip(s):
-        return s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metric_shapes), init_episode_stats()
+    def body(_, carry):
+        state, sums, stats = carry
+        state, metrics, finished = iteration(state)
+        return state, jax.tree.map(jnp.add, sums, metrics), add_stats(stats, finished)
 
-    def body(carry, index):
-        state, stats = carry
-        state, metrics, finished = lax.cond(index < num_iterations, iteration, skip, state)
-        return (state, add_stats(stats, finished)), metrics
-
-    (state, stats), metrics = lax.scan(body, (state, init_episode_stats()), jnp.arange(iterations_per_call))
-    count = jnp.clip(num_iterations, 1, iterations_per_call)
-    return state, jax.tree.map(lambda x: x.sum(0) / count, metrics), stats
+    count = jnp.clip(num_iterations, 0, iterations_per_call)
+    state, sums, stats = lax.fori_loop(0, count, body, (state, zeros, init_episode_stats()))
+    return state, jax.tree.map(lambda x: x / jnp.maximum(count, 1), sums), stats

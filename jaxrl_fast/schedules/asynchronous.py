@@ -159,8 +159,7 @@ class AsyncLoop:
         self.clock = PhaseClock()
 
         def updates(actor, critic, replay, keys, first_index):
-            indices = first_index + jnp.arange(keys.shape[0])
-            (actor, critic, _), metrics = jax.lax.scan(self.pieces.update_once, (actor, critic, replay), (keys, indices))
+            actor, critic, metrics = self.pieces.run_updates(actor, critic, replay, keys, first_index)
             return actor, critic, reduce_update_metrics(metrics)
 
         self._updates = jax.jit(updates, donate_argnums=(0, 1))

@@ -125,7 +125,7 @@ class Pieces(NamedTuple):
     act_rows: Callable  # (env_carry, params, key, env_step, random) -> (env_carry, rows [T, B], finished)
     critic_step: Callable  # (critic, replay, actor_exchange, key) -> (critic, obs, weight, metrics)
     actor_step: Callable  # (actor, critic_exchange, obs, weight, key) -> (actor, metrics)
-    update_once: Callable  # scan body over (key, update index) with carry (actor, critic, replay)
+    run_updates: Callable  # (actor, critic, replay, keys [U], first update index) -> (actor, critic, metrics [U])
     iteration_keys: Callable  # key -> (next key, collect key, [U] update keys)
 
 
@@ -161,8 +161,8 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
         _, _, actor_key = jax.random.split(key, 3)
         return algo.update_actor(actor, critic_exchange, obs, weight, actor_key)
 
-    def update_once(carry, inputs):
-        actor, critic, replay = carry
+    def update_once(replay: ReplayState, carry, inputs):
+        actor, critic = carry
         key, index = inputs
         critic, obs, weight, metrics = critic_step(critic, replay, algo.actor_exchange(actor), key)
         metrics = dict(metrics)
@@ -176,13 +176,20 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
             metrics["train/actor_updates"] = due.astype(jnp.float32)
         else:
             metrics["train/actor_updates"] = jnp.zeros((), jnp.float32)
-        return (actor, critic, replay), metrics
+        return (actor, critic), metrics
+
+    def run_updates(actor: Any, critic: Any, replay: ReplayState, keys: jax.Array, first_index: jax.Array):
+        """`len(keys)` updates in a scan; the buffer is read by every update and changed by none, so
+        it is no part of the scan's carry."""
+        indices = first_index + jnp.arange(keys.shape[0])
+        (actor, critic), metrics = lax.scan(lambda c, x: update_once(replay, c, x), (actor, critic), (keys, indices))
+        return actor, critic, metrics
 
     def iteration_keys(key: jax.Array):
         key, collect_key, update_key = jax.random.split(key, 3)
         return key, collect_key, jax.random.split(update_key, plan.updates_per_iteration)
 
-    return Pieces(init, act_rows, critic_step, actor_step, update_once, iteration_keys)
+    return Pieces(init, act_rows, critic_step, actor_step, run_updates, iteration_keys)
 
 
 def make_off_policy_loop(
@@ -236,8 +243,7 @@ def _fused_loop(algo, env, options, plan, placement, iterations_per_call, eval_e
     def iteration(state: OffPolicyState):
         key, collect_key, update_keys = pieces.iteration_keys(state.key)
         state, finished = store(state._replace(key=key), collect_key, random=False)
-        indices = state.updates + jnp.arange(plan.updates_per_iteration)
-        (actor, critic, _), metrics = lax.scan(pieces.update_once, (state.actor, state.critic, state.replay), (update_keys, indices))
+        actor, critic, metrics = pieces.run_updates(state.actor, state.critic, state.replay, update_keys, state.updates)
         state = state._replace(actor=actor, critic=critic, iteration=state.iteration + 1,
                                updates=state.updates + plan.updates_per_iteration)
         if on_eval is not None and eval_every_iterations > 0:
@@ -290,8 +296,7 @@ def _host_driven_loop(algo, env, options, plan, placement, exchange, eval_every_
         return pieces.actor_step(actor, critic_x, obs, weight, key)
 
     def shared_updates(actor, critic, replay, keys, first_index):
-        indices = first_index + jnp.arange(keys.shape[0])
-        (actor, critic, _), metrics = lax.scan(pieces.update_once, (actor, critic, replay), (keys, indices))
+        actor, critic, metrics = pieces.run_updates(actor, critic, replay, keys, first_index)
         return actor, critic, reduce_update_metrics(metrics)
 
     act_program = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
