@@ -7,7 +7,7 @@ Part 1, acting alone (no learner): env steps/s of one actor with the algorithm's
   * batch = num_envs: the jitted program around EnvPool's XLA step (`lax.scan` over a chunk);
   * batch < num_envs: the async-mode host loop (recv the first `batch` envs, jitted policy, send,
     rows staged per env), as `--env-batch-size batch` runs it;
-next to EnvPool alone with random actions at the same sizes.
+next to EnvPool alone with random actions at the same sizes; each the median of 3 measurements.
 Part 2, training: `python -m jaxrl_fast.train --schedule async` in a fresh process per row, with
 env steps/s over the training time and the timing breakdown from metrics.jsonl (busy seconds
 per phase summed over the run: env, inference, transfer, update, and the controller's waits).
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_fast.algos import make_off_policy_algorithm
 from jaxrl_fast.calibrate import envpool_sps, timed_calls
@@ -40,6 +41,7 @@ from jaxrl_fast.schedules.timing import PhaseClock
 
 RESULTS = Path(__file__).parent / "results"
 CHUNK = 64  # env steps per env per chunk, as a chunk of --dispatch-steps 64 x num_envs would hold
+REPEATS = 3  # acting-alone figures are the median of this many measurements (shared cores are noisy)
 
 
 def acting_alone(algo_name: str, env_id: str, num_envs: int, batch: int, threads: int) -> float:
@@ -92,9 +94,11 @@ def main() -> None:
         spec = make_xla_env(env_id, 1, 1, 0).spec
         for n in sizes:
             for batch in (n, n // 2, n // 4):
+                alone = [envpool_sps(env_id, spec, n, threads, batch) for _ in range(REPEATS)]
+                acted = [acting_alone(algo_name, env_id, n, batch, threads) for _ in range(REPEATS)]
                 row = dict(algo=algo_name, env=env_id, num_envs=n, env_batch=batch, threads=threads,
-                           envpool_alone_sps=envpool_sps(env_id, spec, n, threads, batch),
-                           acting_sps=acting_alone(algo_name, env_id, n, batch, threads))
+                           envpool_alone_sps=float(np.median(alone)), acting_sps=float(np.median(acted)),
+                           acting_sps_range=[min(acted), max(acted)])
                 acting.append(row)
                 print(json.dumps(row), flush=True)
     steps = 10_000 if args.quick else 30_000
@@ -105,12 +109,13 @@ def main() -> None:
         print(json.dumps(row), flush=True)
 
     print(f"\nacting alone, one actor, {threads} EnvPool threads (env steps/s):")
-    print("| env (policy) | num_envs | env batch | EnvPool alone, random | acting (policy + EnvPool) |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| env (policy) | num_envs | env batch | EnvPool alone, random | acting (policy + EnvPool) | acting, range |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in acting:
         mode = "XLA step" if r["env_batch"] == r["num_envs"] else "async mode"
+        low, high = r["acting_sps_range"]
         print(f"| {r['env']} ({r['algo']}) | {r['num_envs']} | {r['env_batch']} ({mode}) | "
-              f"{r['envpool_alone_sps']:,.0f} | {r['acting_sps']:,.0f} |")
+              f"{r['envpool_alone_sps']:,.0f} | {r['acting_sps']:,.0f} | {low:,.0f}-{high:,.0f} |")
     print("\nasync training (busy seconds per phase, summed over the run):")
     print("| run | env batch | env steps/s | env | inference | transfer | update | actor wait | learner wait | final eval |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -56,19 +56,34 @@ class Chunk(NamedTuple):
 
 
 class ParameterStore:
-    """Newest-wins parameters with a version number."""
+    """Newest-wins parameters with a version number.
+
+    The learner publishes parameters as soon as their update is dispatched, before the device has
+    computed them; `latest_ready` gives an actor the newest version that is already computed, so
+    acting never waits for an update in flight (the version it reports is the one it acts with).
+    """
+
+    KEEP = 4  # versions kept: the learner publishes at most a few ahead of what is computed
 
     def __init__(self, params: Any):
         self._lock = threading.Lock()
-        self._params, self._version = params, 0
+        self._versions: collections.deque[tuple[Any, int]] = collections.deque([(params, 0)], maxlen=self.KEEP)
 
     def publish(self, params: Any, version: int) -> None:
         with self._lock:
-            self._params, self._version = params, version
+            self._versions.append((params, version))
 
     def latest(self) -> tuple[Any, int]:
         with self._lock:
-            return self._params, self._version
+            return self._versions[-1]
+
+    def latest_ready(self) -> tuple[Any, int]:
+        with self._lock:
+            versions = list(self._versions)
+        for params, version in reversed(versions):
+            if all(leaf.is_ready() for leaf in jax.tree.leaves(params) if isinstance(leaf, jax.Array)):
+                return params, version
+        return versions[0]  # none computed yet: the oldest kept (the caller waits for it)
 
 
 class Controller:
@@ -180,7 +195,7 @@ class AsyncLoop:
                 random = chunks < warmup_chunks
                 if not random and not self.controller.wait_to_start(index):
                     return
-                params, version = self.store.latest()
+                params, version = self.store.latest_ready()
                 key, sub = jax.random.split(key)
                 env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
                 rows, acted_by, finished = act(params, version, random, sub, env_step)
@@ -244,7 +259,9 @@ class AsyncLoop:
                 setattr(self.controller, name, counters[name])
             self.controller.started = [(counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)] * self.num_actors
             warmup_chunks = 0 if has_replay else warmup_chunks
-        self.store = ParameterStore(self.algo.acting_params(self.state.actor, self.state.critic))
+        # a copy, like every version published: the first update donates the learner's own buffers
+        self.store = ParameterStore(transfer(self.algo.acting_params(self.state.actor, self.state.critic),
+                                             self.device, may_alias=False))
         self.store.publish(self.store.latest()[0], self.version)
         for i in range(self.num_actors):
             thread = threading.Thread(target=self._actor, args=(i, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
