@@ -70,8 +70,9 @@ def make_plan(config: TrainConfig, steps_per_iteration: int, warmup_steps: int, 
 
 
 def iteration_steps(config: TrainConfig) -> tuple[int, int]:
-    """(env steps per iteration, warm-up steps of random actions) from the config alone, as the
-    Driver's schedules take them (PPO: a rollout of every env; off-policy: `off_policy_plan`)."""
+    """(env steps per iteration, warm-up steps of random actions) from the config alone: the one
+    place both the Driver and `planned_calls` take them from (PPO: a rollout of every env;
+    off-policy: `off_policy_plan`)."""
     if config.algo in OFF_POLICY:
         plan = off_policy_plan(algo_config(config), config.num_envs, dispatch_steps(config))
         steps = plan.rollout_length * config.num_envs
@@ -119,8 +120,7 @@ class Driver:
         self.act_deterministic = algo.act_deterministic
         self.placement = {"mode": "single", "fused": placement.describe(placement.fused_loop_device(env))}
         self.device = placement.fused_loop_device(env)
-        spi = config.num_envs * algo.rollout_length
-        self.plan = make_plan(config, spi, 0, algo.update_frames_per_iteration)
+        self.plan = make_plan(config, *iteration_steps(config), algo.update_frames_per_iteration)
         if config.schedule == "concurrent":
             return self._init_concurrent(algo)
         loop = make_sync_loop(algo, env, self.options, self.plan.iterations_per_call, self.plan.eval_every_iterations,
@@ -192,8 +192,7 @@ class Driver:
             where = dataclasses.replace(where, acting=placement.concurrent_acting_device(env))
         self.placement = where.describe() | {"exchange": config.exchange}
         plan = off_policy_plan(hyper, config.num_envs, dispatch_steps(config))
-        spi = plan.rollout_length * config.num_envs
-        self.plan = make_plan(config, spi, plan.warmup_iterations * spi, plan.updates_per_iteration * plan.batch_size)
+        self.plan = make_plan(config, *iteration_steps(config), plan.updates_per_iteration * plan.batch_size)
         self.off_policy_plan = plan
         if config.schedule == "async":
             return self._init_async(algo, plan, where)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from jaxrl_fast.phases import CALL_ANNOTATION, HLO_PHASES_FILE, PHASES
+from jaxrl_fast.schedules.timing import union
 
 OTHER, IDLE = "other", "idle"
 REPORTED = (*PHASES, OTHER, IDLE)
@@ -170,13 +171,7 @@ def thread_segments(events: list[tuple[float, float, str | None]]) -> list[tuple
 def union_within(intervals: Iterable[tuple[float, float]], span: tuple[float, float]) -> float:
     """Length of the union of `intervals` clipped to `span`."""
     lo, hi = span
-    clipped = sorted((max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi)
-    total, reach = 0.0, lo
-    for a, b in clipped:
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
+    return sum(b - a for a, b in union([(max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi]))
 
 
 def summarize_events(events: Iterable[Event], op_phases: dict[str, dict[str, str]]) -> list[CallSummary]:

@@ -17,6 +17,7 @@ batch (`inference`), send (`env`), and the chunk's copy to the learner's device 
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 import jax
@@ -46,8 +47,7 @@ class StreamStager:
     """
 
     def __init__(self, num_envs: int, chunk_length: int, obs_shape: tuple[int, ...], action: Any):
-        self.num_envs, self.length = num_envs, chunk_length
-        n = num_envs
+        self.length, n = chunk_length, num_envs
         # what each env's next row starts with: the obs its pending action was chosen for
         self.pending_obs = np.zeros((n, *obs_shape), np.float32)
         self.pending_action = np.zeros((n, *action.shape), action.dtype)
@@ -150,8 +150,6 @@ class AsyncModeActor:
         self.pool.async_reset()
 
     def act_chunk(self, params: Any, version: int, random: bool, key: jax.Array, env_step: int, clock: Any) -> StagedChunk:
-        import time
-
         stager, cycle, env_step = self.stager, 0, np.int32(env_step)
         while not stager.ready():
             begin = time.perf_counter()

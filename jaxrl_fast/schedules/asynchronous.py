@@ -37,7 +37,7 @@ import numpy as np
 
 from jaxrl_fast import phases
 from jaxrl_fast.data import OffPolicyAlgorithm
-from jaxrl_fast.env import EpisodeStats, XlaEnv, add_stats, init_episode_stats, make_xla_env
+from jaxrl_fast.env import XlaEnv, add_stats, init_episode_stats, make_xla_env
 from jaxrl_fast.placement import host_acting_device, transfer
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
@@ -234,8 +234,7 @@ class AsyncLoop:
             params = jax.block_until_ready(transfer(params, actor.device))
             self.clock.interval("transfer", begin, time.perf_counter())
             staged = actor.act_chunk(params, version, random, key, env_step, self.clock)
-            finished = EpisodeStats(*(jnp.asarray(x) for x in staged.finished))
-            return staged.rows, staged.version, finished
+            return staged.rows, staged.version, staged.finished
 
         return act
 
