@@ -29,14 +29,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.algos import make_off_policy_algorithm
+from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.calibrate import envpool_sps, timed_calls
 from jaxrl_fast.env import env_family, make_xla_env
-from jaxrl_fast.placement import host_acting_device
+from jaxrl_fast.placement import host_device
 from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.schedules.acting import EnvOptions, init_env_carry
+from jaxrl_fast.acting import EnvOptions, init_env_carry
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
-from jaxrl_fast.schedules.offpolicy import make_pieces, off_policy_plan
+from jaxrl_fast.plan import off_policy_plan
+from jaxrl_fast.schedules.offpolicy import make_pieces
 from jaxrl_fast.schedules.timing import PhaseClock
 
 RESULTS = Path(__file__).parent / "results"
@@ -47,8 +48,8 @@ REPEATS = 3  # acting-alone figures are the median of this many measurements (sh
 def acting_alone(algo_name: str, env_id: str, num_envs: int, batch: int, threads: int) -> float:
     config = dataclasses.replace(resolve_defaults(env_id, algo_name, env_family(env_id)), num_envs=num_envs)
     env = make_xla_env(env_id, num_envs, threads, 0)
-    algo = make_off_policy_algorithm(config, env.spec)
-    device = host_acting_device()
+    algo = make_algorithm(config, env.spec)
+    device = host_device()
     params = jax.device_put(algo.acting_params(*jax.jit(algo.init)(jax.random.key(0))), device)
     if batch == num_envs:
         plan = off_policy_plan(getattr(config, algo_name), num_envs)._replace(rollout_length=CHUNK, replay_rows=2)

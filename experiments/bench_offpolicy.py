@@ -36,12 +36,13 @@ from pathlib import Path  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from jaxrl_fast.algos import make_off_policy_algorithm  # noqa: E402
+from jaxrl_fast.algos import make_algorithm  # noqa: E402
 from jaxrl_fast.env import make_xla_env  # noqa: E402
 from jaxrl_fast.placement import resolve_placement  # noqa: E402
 from jaxrl_fast.presets import resolve_defaults  # noqa: E402
-from jaxrl_fast.schedules.acting import EnvOptions  # noqa: E402
-from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, make_pieces, off_policy_plan  # noqa: E402
+from jaxrl_fast.acting import EnvOptions  # noqa: E402
+from jaxrl_fast.plan import off_policy_plan
+from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, make_pieces  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ENV = "HalfCheetah-v4"
@@ -53,7 +54,7 @@ def sac_setup(batch: int, placement_name: str, exchange: str = "fresh"):
     hyper = dataclasses.replace(config.sac, batch_size=batch, learning_starts=max(2 * batch, 1000), buffer_size=100_000)
     config = dataclasses.replace(config, sac=hyper, num_envs=1)
     env = make_xla_env(ENV, 1, 1, seed=0)
-    algo = make_off_policy_algorithm(config, env.spec)
+    algo = make_algorithm(config, env.spec)
     plan = off_policy_plan(hyper, 1)
     placement = resolve_placement(placement_name, env)
     loop = make_off_policy_loop(algo, env, EnvOptions(False, False, hyper.gamma), plan, placement, exchange, CALL, 0, None)

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.env import EnvSpec, env_family, make_xla_env
 from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.schedules.sync import EnvOptions, make_sync_loop
+from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.schedules.sync import make_sync_loop
 
 RESULTS = Path(__file__).parent / "results"
 

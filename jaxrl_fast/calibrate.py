@@ -267,7 +267,7 @@ def _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped) -> Ca
     from jaxrl_fast.algos import make_algorithm
     from jaxrl_fast.data import Rollout
     from jaxrl_fast.env import make_xla_env
-    from jaxrl_fast.schedules.acting import EnvOptions, init_env_carry, make_collect, observe
+    from jaxrl_fast.acting import EnvOptions, init_env_carry, make_collect, observe
 
     T = config.ppo.num_steps
     options = EnvOptions(config.normalize_observations, config.scale_rewards, config.ppo.gamma)
@@ -328,12 +328,13 @@ def _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped) -> Ca
 
 
 def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped) -> Calibration:
-    from jaxrl_fast.algos import make_off_policy_algorithm
+    from jaxrl_fast.algos import make_algorithm as make_off_policy_algorithm
     from jaxrl_fast.env import make_xla_env
     from jaxrl_fast.placement import resolve_placement
     from jaxrl_fast.replay import init_replay
-    from jaxrl_fast.schedules.acting import EnvOptions, init_env_carry
-    from jaxrl_fast.schedules.offpolicy import dispatch_steps, make_pieces, off_policy_plan
+    from jaxrl_fast.acting import EnvOptions, init_env_carry
+    from jaxrl_fast.plan import dispatch_steps, off_policy_plan
+    from jaxrl_fast.schedules.offpolicy import make_pieces
 
     hyper = algo_config(config)
     options = EnvOptions(False, False, hyper.gamma)
@@ -366,7 +367,7 @@ def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped
 
     def measure_async_mode(n: int) -> None:
         """The `async` actors' host loop over EnvPool's async mode, at env batches n/2 and n/4."""
-        from jaxrl_fast.placement import host_acting_device
+        from jaxrl_fast.placement import host_device as host_acting_device
         from jaxrl_fast.schedules.async_mode import AsyncModeActor
         from jaxrl_fast.schedules.timing import PhaseClock
 

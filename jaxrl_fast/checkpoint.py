@@ -168,10 +168,10 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     """
     import orbax.checkpoint as ocp
 
-    from jaxrl_fast.algos import make_algorithm, make_off_policy_algorithm
-    from jaxrl_fast.config import OFF_POLICY, config_from_dict
+    from jaxrl_fast.acting import EnvOptions, EvalPayload, observe
+    from jaxrl_fast.algos import make_algorithm
+    from jaxrl_fast.config import config_from_dict, family
     from jaxrl_fast.env import EnvSpec
-    from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, observe
     from jaxrl_fast.ops.normalization import init_moments
 
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
@@ -187,11 +187,10 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
             raise CheckpointError(f"no complete checkpoint in {directory}")
         out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(),
                                                             meta=ocp.args.JsonRestore()))
-    if config.algo in OFF_POLICY:
-        algo = make_off_policy_algorithm(config, spec)
+    algo = make_algorithm(config, spec)
+    if family(config) == "off_policy":
         shapes = jax.eval_shape(lambda k: algo.acting_params(*algo.init(k)), jax.random.key(0))
     else:
-        algo = make_algorithm(config, spec)
         shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
     template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
     payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])

@@ -10,113 +10,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-ALGOS = ("ppo", "sac", "td3", "dqn")
-OFF_POLICY = ("sac", "td3", "dqn")
+from jaxrl_fast.algos import ALGORITHMS
+
+ALGOS = tuple(ALGORITHMS)
+OFF_POLICY = tuple(name for name, spec in ALGORITHMS.items() if spec.family == "off_policy")
+AlgoName = Literal[ALGOS]  # type: ignore[valid-type]  (tyro lists the choices)
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
-    """Proximal Policy Optimization (Schulman et al. 2017) with the usual implementation details."""
-
-    learning_rate: float = 3e-4
-    """Adam step size (per role: the policy and the value function have one optimizer each)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the run."""
-    num_steps: int = 128
-    """Rollout length per environment per iteration; a batch is num_envs x num_steps samples."""
-    num_minibatches: int = 4
-    """Minibatches per epoch; must divide num_envs x num_steps."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    """Policy ratio clipping."""
-    vf_coef: float = 0.5
-    ent_coef: float = 0.0
-    max_grad_norm: float = 0.5
-    """Gradient-norm clipping, applied to each role's gradient."""
-    normalize_advantages: bool = True
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
-
-
-@dataclasses.dataclass(frozen=True)
-class SACConfig:
-    """Soft Actor-Critic (Haarnoja et al. 2018): twin critics, automatic entropy tuning."""
-
-    buffer_size: int = 1_000_000
-    """Replay capacity in transitions."""
-    batch_size: int = 256
-    learning_starts: int = 5_000
-    """Environment steps of uniform random actions before the first update."""
-    utd_ratio: float = 1.0
-    """Gradient updates per environment step (fractions allowed: 0.25 is one update per 4 steps)."""
-    n_step: int = 1
-    """n-step returns, read off the replay stream."""
-    gamma: float = 0.99
-    tau: float = 0.005
-    """Polyak rate of the target critics."""
-    actor_lr: float = 3e-4
-    critic_lr: float = 1e-3
-    alpha_lr: float = 1e-3
-    init_alpha: float = 1.0
-    autotune: bool = True
-    """Tune the entropy temperature towards -action_dim."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
-
-
-@dataclasses.dataclass(frozen=True)
-class TD3Config:
-    """Twin Delayed DDPG (Fujimoto et al. 2018): target policy smoothing, delayed actor updates."""
-
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
-    learning_starts: int = 25_000
-    utd_ratio: float = 1.0
-    n_step: int = 1
-    gamma: float = 0.99
-    tau: float = 0.005
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise, as a fraction of the action range's half-width."""
-    policy_noise: float = 0.2
-    noise_clip: float = 0.5
-    policy_delay: int = 2
-    """Critic updates per actor (and target) update."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
-
-
-@dataclasses.dataclass(frozen=True)
-class DQNConfig:
-    """DQN (Mnih et al. 2015) with double-DQN targets (van Hasselt et al. 2016)."""
-
-    buffer_size: int = 100_000
-    batch_size: int = 128
-    learning_starts: int = 1_000
-    utd_ratio: float = 0.25
-    n_step: int = 1
-    gamma: float = 0.99
-    learning_rate: float = 2.5e-4
-    target_update_interval: int = 500
-    """Gradient updates between hard target-network copies."""
-    start_epsilon: float = 1.0
-    end_epsilon: float = 0.05
-    exploration_fraction: float = 0.5
-    """Fraction of the run over which epsilon decays linearly."""
-    max_grad_norm: float = 10.0
-    hidden_sizes: tuple[int, ...] = (120, 84)
-    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class RunConfig:
     """Train an agent on an EnvPool environment. Defaults come from the env's preset in envs/."""
 
-    algo: Literal["ppo", "sac", "td3", "dqn"] = "ppo"
+    algo: AlgoName = "ppo"
     """Algorithm."""
     env: str = "CartPole-v1"
     """EnvPool task id (envpool.list_all_envs() lists them)."""
@@ -199,14 +104,27 @@ class TrainConfig:
     """--profile: training calls run before the trace starts (the first carries one-off work)."""
     profile_calls: int = 3
     """--profile: training calls traced. Every XLA op becomes a trace event: keep the window small."""
-    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
-    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
-    td3: TD3Config = dataclasses.field(default_factory=TD3Config)
-    dqn: DQNConfig = dataclasses.field(default_factory=DQNConfig)
+
+
+# The run's fields, then one group of flags per registered algorithm (`--ppo.*`, `--sac.*`, ...).
+TrainConfig = dataclasses.make_dataclass(
+    "TrainConfig",
+    [(name, spec.config, dataclasses.field(default_factory=spec.config)) for name, spec in ALGORITHMS.items()],
+    bases=(RunConfig,),
+    frozen=True,
+    namespace={"__doc__": RunConfig.__doc__},
+)
+TrainConfig.__module__ = __name__
 
 
 def algo_config(config: TrainConfig) -> Any:
+    """The hyperparameters of the run's algorithm (`config.<algo>`)."""
     return getattr(config, config.algo)
+
+
+def family(config: TrainConfig) -> str:
+    """"on_policy" or "off_policy", as the run's algorithm declares."""
+    return ALGORITHMS[config.algo].family
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -224,7 +142,7 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
-ALGO_CONFIGS = {"ppo": PPOConfig, "sac": SACConfig, "td3": TD3Config, "dqn": DQNConfig}
+ALGO_CONFIGS = {name: spec.config for name, spec in ALGORITHMS.items()}
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:

@@ -430,3 +430,53 @@ def track_episodes(state: EpisodeState, step: Step) -> tuple[EpisodeState, Episo
 def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
     return EpisodeStats(*(x + y for x, y in zip(a, b)))
 
+
+class HostEpisodes:
+    """`track_episodes` on the host, for envs whose steps arrive a few at a time and out of order
+    (EnvPool's async mode): the same rules, per env id, in numpy."""
+
+    def __init__(self, num_envs: int):
+        self.episode_return = np.zeros(num_envs, np.float64)
+        self.episode_length = np.zeros(num_envs, np.int64)
+        self.reset_step = np.zeros(num_envs, bool)  # the env's next step is EnvPool's reset step
+        self._finished = [0, 0.0, 0]  # count, return sum, length sum
+
+    def track(self, ids: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """Advance envs `ids` by one step each; returns which steps were transitions (not reset steps)."""
+        valid = ~self.reset_step[ids]
+        self.episode_return[ids] = np.where(valid, self.episode_return[ids] + reward, 0.0)
+        self.episode_length[ids] = np.where(valid, self.episode_length[ids] + 1, 0)
+        ended = valid & (terminated | truncated)
+        self._finished[0] += int(ended.sum())
+        self._finished[1] += float(self.episode_return[ids][ended].sum())
+        self._finished[2] += int(self.episode_length[ids][ended].sum())
+        self.episode_return[ids[ended]] = 0.0
+        self.episode_length[ids[ended]] = 0
+        self.reset_step[ids] = ended
+        return valid
+
+    def take(self) -> EpisodeStats:
+        """Episodes finished since the last `take` (numpy scalars)."""
+        count, return_sum, length_sum = self._finished
+        self._finished = [0, 0.0, 0]
+        return EpisodeStats(np.int32(count), np.float32(return_sum), np.int32(length_sum))
+
+
+# --------------------------------------------------------------------------------------------
+# Random actions (off-policy warm-up, and EnvPool measured alone).
+
+
+def random_actions(spec: EnvSpec, key: jax.Array, n: int) -> jax.Array:
+    """Uniform random actions for `n` envs: int32 indices, or floats within the action bounds."""
+    if spec.discrete:
+        return jax.random.randint(key, (n,), 0, spec.num_actions)
+    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+    return jax.random.uniform(key, (n, *spec.action_shape), minval=low, maxval=high)
+
+
+def random_actions_np(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """`random_actions` on the host, for EnvPool's Python API."""
+    if spec.discrete:
+        return rng.integers(0, spec.num_actions, size=n)
+    return rng.uniform(spec.action_low, spec.action_high, size=(n, *spec.action_shape)).astype(np.float32)
+

@@ -1,9 +1,14 @@
-"""Network factories: each returns a `Network` of pure `init(key) -> params` and `apply(params, obs)`."""
+"""Network factories: each returns a `Network` of pure `init(key) -> params` and `apply(params, obs)`.
+
+Every factory takes the env's spec and a `NetworkConfig` (hidden sizes, activation, and an optional
+LayerNorm after each hidden layer); each algorithm's config is one.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -17,6 +22,18 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "elu": jax.nn.elu,
     "silu": jax.nn.silu,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Fields every algorithm's networks share (each algorithm sets its own defaults)."""
+
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of every MLP."""
+    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
+    """Hidden-layer activation."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden layer, before the activation (stateless: nothing to track)."""
 
 
 class Network(NamedTuple):
@@ -66,12 +83,14 @@ class MLP(nn.Module):
     out_size: int
     activation: str = "tanh"
     out_scale: float = 1.0
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=orthogonal(math.sqrt(2.0)))(x))
+            x = nn.Dense(size, kernel_init=orthogonal(math.sqrt(2.0)))(x)
+            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
         return nn.Dense(self.out_size, kernel_init=orthogonal(self.out_scale))(x)
 
 
@@ -82,10 +101,11 @@ class GaussianPolicy(nn.Module):
     action_size: int
     activation: str = "tanh"
     init_log_std: float = 0.0
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        mean = MLP(self.hidden_sizes, self.action_size, self.activation, out_scale=0.01)(x)
+        mean = MLP(self.hidden_sizes, self.action_size, self.activation, 0.01, self.layer_norm)(x)
         log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_size,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
 
@@ -95,28 +115,33 @@ def _network(module: nn.Module, obs_shape: tuple[int, ...]) -> Network:
     return Network(init=lambda key: module.init(key, dummy), apply=module.apply)
 
 
-def make_policy_network(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str) -> Network:
+def mlp(net: NetworkConfig, out_size: int, out_scale: float) -> MLP:
+    return MLP(tuple(net.hidden_sizes), out_size, net.activation, out_scale, net.layer_norm)
+
+
+def make_policy_network(spec: EnvSpec, net: NetworkConfig) -> Network:
     """`apply(params, obs [..., *obs_shape])` -> logits `[..., A]`, or `(mean, log_std)` `[..., A]`."""
     if spec.discrete:
-        module: nn.Module = MLP(tuple(hidden_sizes), spec.num_actions, activation, out_scale=0.01)
+        module: nn.Module = mlp(net, spec.num_actions, 0.01)
     else:
-        module = GaussianPolicy(tuple(hidden_sizes), math.prod(spec.action_shape), activation)
+        module = GaussianPolicy(tuple(net.hidden_sizes), math.prod(spec.action_shape), net.activation,
+                                layer_norm=net.layer_norm)
     return _network(module, spec.obs_shape)
 
 
-def make_value_network(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str) -> Network:
+def make_value_network(spec: EnvSpec, net: NetworkConfig) -> Network:
     """`apply(params, obs [..., *obs_shape])` -> values `[...]`."""
-    module = MLP(tuple(hidden_sizes), 1, activation, out_scale=1.0)
+    module = mlp(net, 1, 1.0)
     net = _network(module, spec.obs_shape)
     return Network(init=net.init, apply=lambda params, obs: net.apply(params, obs)[..., 0])
 
 
-def make_q_network(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str, num_critics: int) -> Network:
+def make_q_network(spec: EnvSpec, net: NetworkConfig, num_critics: int) -> Network:
     """Continuous actions: `apply(params, obs [..., O], action [..., A])` -> `[num_critics, ...]`.
 
     The critics are one module vmapped over stacked parameters, so twin critics cost one matmul chain.
     """
-    module = MLP(tuple(hidden_sizes), 1, activation, out_scale=1.0)
+    module = mlp(net, 1, 1.0)
     in_size = math.prod(spec.obs_shape) + math.prod(spec.action_shape)
     dummy = jnp.zeros((1, in_size), jnp.float32)
 
@@ -130,22 +155,22 @@ def make_q_network(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str, 
     return Network(init, apply)
 
 
-def make_discrete_q_network(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str) -> Network:
+def make_discrete_q_network(spec: EnvSpec, net: NetworkConfig) -> Network:
     """Discrete actions: `apply(params, obs [..., O])` -> Q-values `[..., num_actions]`."""
-    return _network(MLP(tuple(hidden_sizes), spec.num_actions, activation, out_scale=1.0), spec.obs_shape)
+    return _network(mlp(net, spec.num_actions, 1.0), spec.obs_shape)
 
 
-def make_deterministic_policy(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str) -> Network:
+def make_deterministic_policy(spec: EnvSpec, net: NetworkConfig) -> Network:
     """`apply(params, obs)` -> actions in [-1, 1] `[..., A]` (tanh), to be scaled to the bounds."""
-    module = MLP(tuple(hidden_sizes), math.prod(spec.action_shape), activation, out_scale=1.0)
+    module = mlp(net, math.prod(spec.action_shape), 1.0)
     net = _network(module, spec.obs_shape)
     return Network(net.init, lambda params, obs: jnp.tanh(net.apply(params, obs)))
 
 
-def make_squashed_gaussian_policy(spec: EnvSpec, hidden_sizes: Sequence[int], activation: str) -> Network:
+def make_squashed_gaussian_policy(spec: EnvSpec, net: NetworkConfig) -> Network:
     """`apply(params, obs)` -> `(mean, log_std)` of the pre-tanh Gaussian, log_std in [-5, 2]."""
     size = math.prod(spec.action_shape)
-    module = MLP(tuple(hidden_sizes), 2 * size, activation, out_scale=1.0)
+    module = mlp(net, 2 * size, 1.0)
     net = _network(module, spec.obs_shape)
 
     def apply(params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:

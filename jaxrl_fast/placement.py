@@ -1,10 +1,20 @@
 """Placement: the only module that decides on which device state and computation live.
 
-Three places matter: where EnvPool's step and the behaviour policy run (`acting`, the host CPU
-unless EnvPool has a GPU target), and the devices of the two learner roles, the actor (policy)
-and the critic. `single` gives both roles the same devices; `split` gives them disjoint halves
-of the devices, so their updates run as separate programs that overlap. A role with several
-devices updates data-parallel over them (batch sharded, parameters replicated).
+`resolve(config, env_steps_on_gpu)` computes one `Placement` per run, from the config and
+`jax.devices()`, and everything that places work (the schedules, calibration, the memory check)
+reads it:
+
+* `acting`: where EnvPool's XLA step and the behaviour policy run: the host CPU unless EnvPool
+  has a GPU target; the off-policy `concurrent` schedule acts on the CPU beside an accelerator,
+  so that acting and learning overlap on different devices;
+* `actor` and `critic`: the devices of the two learner roles. `single` gives both the same
+  devices; `split` gives them disjoint halves, so their updates run as separate programs that
+  overlap. A role with several devices updates data-parallel over them (batch sharded,
+  parameters replicated); the replay buffer lives with the critic;
+* `learner`: where a learner that runs beside acting updates (on-policy `concurrent`: a device
+  of its own when there is one; off-policy: the critic's first device);
+* `host`: where a policy acts on observations that arrive on the host (EnvPool's async mode,
+  one batch per `recv`): the CPU, which has them already.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ import dataclasses
 from typing import Any
 
 import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_fast import phases
 
@@ -27,24 +39,43 @@ class Placement:
     acting: jax.Device
     actor: tuple[jax.Device, ...]
     critic: tuple[jax.Device, ...]
+    learner: jax.Device
+    host: jax.Device
 
     @property
     def fused(self) -> bool:
         """Acting and both updates can share one program: everything is on the acting device."""
         return self.actor == self.critic == (self.acting,)
 
-    def describe(self) -> dict:
+    def replicated(self, role: str) -> NamedSharding:
+        """A role's parameters: one copy on each of its devices."""
+        return NamedSharding(self._mesh(role), PartitionSpec())
+
+    def data_parallel(self, role: str) -> NamedSharding:
+        """A role's batches: split over its devices along the leading axis."""
+        return NamedSharding(self._mesh(role), PartitionSpec("data"))
+
+    def _mesh(self, role: str) -> Mesh:
+        return Mesh(np.asarray(getattr(self, role)), ("data",))
+
+    def describe(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "acting": describe(self.acting),
             "actor": ",".join(describe(d) for d in self.actor),
             "critic": ",".join(describe(d) for d in self.critic),
+            "learner": describe(self.learner),
             "fused": self.fused,
         }
 
 
 def describe(device: jax.Device) -> str:
     return f"{device.platform}:{device.id}"
+
+
+def describe_devices() -> list[str]:
+    """Every device of this process, for the run's metadata."""
+    return [describe(d) for d in jax.devices()]
 
 
 def transfer(tree: Any, where: Any, **options: Any) -> Any:
@@ -54,44 +85,43 @@ def transfer(tree: Any, where: Any, **options: Any) -> Any:
         return jax.device_put(tree, where, **options)
 
 
-def fused_loop_device(env) -> jax.Device:
+def host_device() -> jax.Device:
+    return jax.devices("cpu")[0]
+
+
+def fused_loop_device(env_steps_on_gpu: bool = False) -> jax.Device:
     """Where EnvPool's XLA step can run: wheels built without CUDA register it for the CPU only."""
     default = jax.devices()[0]
-    if default.platform == "cpu" or getattr(env, "has_gpu_step", False):
-        return default
-    return jax.devices("cpu")[0]
+    return default if default.platform == "cpu" or env_steps_on_gpu else host_device()
 
 
-def concurrent_acting_device(env) -> jax.Device:
-    """Where the off-policy concurrent schedule acts: the host CPU whenever an accelerator exists,
-    even one that can step EnvPool, so that acting and learning run on different devices and
-    overlap. (Concurrent PPO acts on the fused-loop device: on one H100 it moved 12.8k steps/s
-    acting on the GPU and 8.2k on the CPU, where per-iteration parameter and rollout copies cost more.)"""
-    if jax.devices()[0].platform != "cpu":
-        return jax.devices("cpu")[0]
-    return fused_loop_device(env)
+def resolve(config: Any, env_steps_on_gpu: bool = False, devices: list[jax.Device] | None = None) -> Placement:
+    """The run's placement (`config` is a `TrainConfig`; `env_steps_on_gpu`: EnvPool's XLA step
+    has a GPU target). Raises `PlacementError` for a placement these devices cannot give."""
+    from jaxrl_fast.config import family
+
+    devices = list(jax.devices()) if devices is None else devices
+    acting = fused_loop_device(env_steps_on_gpu)
+    if family(config) == "on_policy":
+        learner = acting
+        if config.schedule == "concurrent":  # a device of its own for the learner when there is one
+            others = [d for d in devices if d != acting]
+            learner = others[-1] if others else acting
+        return Placement("single", acting, (acting,), (acting,), learner, host_device())
+    requested = "single" if config.schedule == "async" and config.placement == "auto" else config.placement
+    roles = resolve_roles(requested, acting, devices)
+    if config.schedule == "concurrent" and devices[0].platform != "cpu":
+        roles = dataclasses.replace(roles, acting=host_device())  # acting beside the accelerator, overlapping
+    return roles
 
 
-def host_acting_device() -> jax.Device:
-    """Where a policy acts on observations that arrive on the host (EnvPool's async mode, one
-    batch per `recv`): the CPU, which has them already; a copy to an accelerator and back per
-    batch would cost more than a small policy's forward pass."""
-    return jax.devices("cpu")[0]
-
-
-def learner_devices() -> list[jax.Device]:
-    """The devices learner roles may use: the accelerators, or else the (possibly fake) CPU devices."""
-    return list(jax.devices())
-
-
-def resolve_placement(requested: str, env=None, devices: list[jax.Device] | None = None) -> Placement:
-    devices = learner_devices() if devices is None else devices
-    acting = fused_loop_device(env) if env is not None else devices[0]
+def resolve_roles(requested: str, acting: jax.Device, devices: list[jax.Device]) -> Placement:
+    """The off-policy roles' devices for `--placement` auto, single or split."""
     if requested == "auto":  # fake CPU devices share the same cores: splitting them only adds copies
         requested = "split" if len(devices) >= 2 and devices[0].platform != "cpu" else "single"
     if requested == "single":
         roles = (acting,) if devices[0].platform == acting.platform else tuple(devices)
-        return Placement("single", acting, roles, roles)
+        return Placement("single", acting, roles, roles, roles[0], host_device())
     if requested == "split":
         if len(devices) < 2:
             raise PlacementError(
@@ -100,5 +130,12 @@ def resolve_placement(requested: str, env=None, devices: list[jax.Device] | None
                 "XLA_FLAGS=--xla_force_host_platform_device_count=2 makes two"
             )
         half = len(devices) // 2
-        return Placement("split", acting, tuple(devices[:half]), tuple(devices[half:]))
+        return Placement("split", acting, tuple(devices[:half]), tuple(devices[half:]), devices[half], host_device())
     raise PlacementError(f"--placement: unknown placement {requested!r}; choose auto, single or split")
+
+
+def resolve_placement(requested: str, env: Any = None, devices: list[jax.Device] | None = None) -> Placement:
+    """`resolve_roles` for a bare `--placement` value (tests and benchmarks that place roles by hand)."""
+    devices = list(jax.devices()) if devices is None else devices
+    acting = fused_loop_device(getattr(env, "has_gpu_step", False)) if env is not None else devices[0]
+    return resolve_roles(requested, acting, devices)

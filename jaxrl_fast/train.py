@@ -12,7 +12,8 @@ import os
 import sys
 from typing import Sequence
 
-from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig
+from jaxrl_fast.algos import ALGORITHMS
+from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config
 
 
 class ConfigError(ValueError):
@@ -44,23 +45,8 @@ def validate(config: TrainConfig) -> None:
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
     need(config.profile_start >= 0, f"--profile-start must be 0 or positive, got {config.profile_start}")
     need(config.profile_calls >= 1, f"--profile-calls must be at least 1, got {config.profile_calls}")
-    if config.algo in OFF_POLICY:
-        hyper = getattr(config, config.algo)
-        flag = f"--{config.algo}"
-        need(hyper.batch_size > 0, f"{flag}.batch-size must be positive, got {hyper.batch_size}")
-        need(hyper.buffer_size >= hyper.batch_size,
-             f"{flag}.buffer-size {hyper.buffer_size} is smaller than one batch ({flag}.batch-size {hyper.batch_size})")
-        need(hyper.utd_ratio > 0, f"{flag}.utd-ratio must be positive, got {hyper.utd_ratio}")
-        need(hyper.learning_starts >= 0, f"{flag}.learning-starts must be 0 or positive, got {hyper.learning_starts}")
-        need(hyper.n_step >= 1, f"{flag}.n-step must be at least 1, got {hyper.n_step}")
-        need(0.0 < hyper.gamma <= 1.0, f"{flag}.gamma must be in (0, 1], got {hyper.gamma}")
-        need(hyper.buffer_size >= hyper.learning_starts or hyper.learning_starts == 0,
-             f"{flag}.buffer-size {hyper.buffer_size} cannot hold the {hyper.learning_starts} warm-up steps ({flag}.learning-starts)")
-        need(hyper.learning_starts < config.total_steps,
-             f"--total-steps {config.total_steps} leaves no learning after {flag}.learning-starts {hyper.learning_starts}")
-        need(not config.normalize_observations and not config.scale_rewards,
-             f"--normalize-observations and --scale-rewards are on-policy options; {config.algo} stores raw "
-             "observations and rewards in its replay buffer")
+    for message in ALGORITHMS[config.algo].validate(algo_config(config), config):
+        raise ConfigError(message)
     if config.schedule == "async":
         need(config.algo in OFF_POLICY,
              f"--schedule async is for the off-policy algorithms (sac, td3, dqn): {config.algo} learns from its own "
@@ -70,24 +56,8 @@ def validate(config: TrainConfig) -> None:
         need(config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}")
         need(config.placement != "split",
              "--schedule async runs both learner roles on one device group; use --placement single (or auto)")
-    if config.algo == "ppo":
-        ppo = config.ppo
-        need(ppo.num_steps > 0, f"--ppo.num-steps must be positive, got {ppo.num_steps}")
-        need(ppo.update_epochs > 0, f"--ppo.update-epochs must be positive, got {ppo.update_epochs}")
-        need(ppo.num_minibatches > 0, f"--ppo.num-minibatches must be positive, got {ppo.num_minibatches}")
-        batch = config.num_envs * ppo.num_steps
-        need(
-            batch % ppo.num_minibatches == 0,
-            f"--ppo.num-minibatches {ppo.num_minibatches} does not divide the batch "
-            f"--num-envs x --ppo.num-steps = {config.num_envs} x {ppo.num_steps} = {batch}",
-        )
-        need(batch <= config.total_steps, f"--total-steps {config.total_steps} is smaller than one batch ({batch} samples)")
-        need(0.0 < ppo.gamma <= 1.0, f"--ppo.gamma must be in (0, 1], got {ppo.gamma}")
-        need(0.0 <= ppo.gae_lambda <= 1.0, f"--ppo.gae-lambda must be in [0, 1], got {ppo.gae_lambda}")
-        need(ppo.learning_rate > 0, f"--ppo.learning-rate must be positive, got {ppo.learning_rate}")
-        need(len(ppo.hidden_sizes) > 0 and min(ppo.hidden_sizes) > 0, f"--ppo.hidden-sizes must be positive sizes, got {ppo.hidden_sizes}")
     if config.profile:
-        from jaxrl_fast.trainer import planned_calls
+        from jaxrl_fast.plan import planned_calls
 
         calls = planned_calls(config)
         need(config.profile_start + config.profile_calls <= calls,
@@ -165,24 +135,22 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
 
 
 def check_devices(config: TrainConfig) -> None:
-    """Refuse a placement the present devices cannot give, and a replay buffer that cannot fit."""
+    """Refuse an algorithm that cannot act in the env's action space, a placement the present
+    devices cannot give, and a replay buffer that cannot fit where the run's placement puts it."""
+    from jaxrl_fast.env import probe_spec
+    from jaxrl_fast.placement import resolve
+    from jaxrl_fast.replay import ReplayError, check_fits, replay_nbytes
+
+    spec = probe_spec(config.env)
+    error = ALGORITHMS[config.algo].action_space_error(spec)
+    if error is not None:
+        raise ConfigError(error)
+    placement = resolve(config)
     if config.algo not in OFF_POLICY:
         return
-    from jaxrl_fast.env import probe_spec
-    from jaxrl_fast.placement import resolve_placement
-    from jaxrl_fast.replay import check_fits, replay_nbytes
-
-    placement = resolve_placement(config.placement)
-    spec = probe_spec(config.env)
-    if config.algo == "dqn" and not spec.discrete:
-        raise ConfigError(f"--algo dqn: {config.env} has continuous actions; DQN needs discrete actions (use sac, td3 or ppo)")
-    if config.algo in ("sac", "td3") and spec.discrete:
-        raise ConfigError(f"--algo {config.algo}: {config.env} has discrete actions; use dqn or ppo")
-    hyper = getattr(config, config.algo)
+    hyper = algo_config(config)
     nbytes = replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, "float32", spec.action_shape,
                            "int32" if spec.discrete else "float32")
-    from jaxrl_fast.replay import ReplayError
-
     try:
         check_fits(nbytes, placement.critic[0], f"--{config.algo}.buffer-size")
     except ReplayError as error:

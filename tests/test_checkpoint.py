@@ -14,7 +14,7 @@ from jaxrl_fast.checkpoint import Checkpointer, NonFiniteError, check_finite, fl
 from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.presets import resolve_defaults
 from jaxrl_fast.train import main
-from jaxrl_fast.trainer import Driver, train
+from jaxrl_fast.trainer import build_schedule, train
 
 
 def start_cli(*args):
@@ -128,9 +128,9 @@ def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, en
     restored = Checkpointer(config.run_dir, 1).restore()
 
     env = make_xla_env(config.env, config.num_envs, 1, config.seed + 1)  # new envs: simulators are not saved
-    driver = Driver(config, env, lambda payload, step: None)
-    driver.start(restored)
-    state, _ = driver.snapshot()
+    schedule = build_schedule(config, env)
+    schedule.start(restored)
+    state = schedule.snapshot().state
     flat, paths = flatten_state(state)
     assert paths == restored.meta["paths"]
     if algo == "sac":

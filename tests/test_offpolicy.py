@@ -5,14 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.algos import make_off_policy_algorithm
+from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.config import TrainConfig
 from jaxrl_fast.env import env_family, make_xla_env, probe_spec
 from jaxrl_fast.placement import Placement, PlacementError, resolve_placement
 from jaxrl_fast.presets import resolve_defaults
 from jaxrl_fast.replay import Batch
-from jaxrl_fast.schedules.acting import EnvOptions
-from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, off_policy_plan
+from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.plan import off_policy_plan
+from jaxrl_fast.schedules.offpolicy import make_off_policy_loop
 from jaxrl_fast.trainer import train
 
 CPU = jax.devices("cpu")
@@ -40,7 +41,7 @@ def pendulum_batch():
 
 def test_sac_losses_match_hand_computed_values():
     config = TrainConfig(algo="sac", env="Pendulum-v1")
-    algo = make_off_policy_algorithm(config, probe_spec("Pendulum-v1"))
+    algo = make_algorithm(config, probe_spec("Pendulum-v1"))
     actor, critic = algo.init(jax.random.key(0))
     # online critics output 0.5 and 0.7, target critics 2.0 and 3.0; temperature 0 (log alpha = -inf)
     critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
@@ -61,7 +62,7 @@ def test_sac_losses_match_hand_computed_values():
 
 def test_td3_losses_match_hand_computed_values():
     config = TrainConfig(algo="td3", env="Pendulum-v1")
-    algo = make_off_policy_algorithm(config, probe_spec("Pendulum-v1"))
+    algo = make_algorithm(config, probe_spec("Pendulum-v1"))
     actor, critic = algo.init(jax.random.key(0))
     critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
                              target_q=constant_output(critic.target_q, jnp.array([4.0, 3.0])))
@@ -74,9 +75,9 @@ def test_td3_losses_match_hand_computed_values():
 
 def test_wrong_action_space_is_refused():
     with pytest.raises(ValueError, match="discrete actions"):
-        make_off_policy_algorithm(TrainConfig(algo="sac"), probe_spec("CartPole-v1"))
+        make_algorithm(TrainConfig(algo="sac"), probe_spec("CartPole-v1"))
     with pytest.raises(ValueError, match="continuous actions"):
-        make_off_policy_algorithm(TrainConfig(algo="dqn"), probe_spec("Pendulum-v1"))
+        make_algorithm(TrainConfig(algo="dqn"), probe_spec("Pendulum-v1"))
 
 
 def build(algo_name, env_id, placement, exchange="fresh", num_envs=2, seed=0):
@@ -84,7 +85,7 @@ def build(algo_name, env_id, placement, exchange="fresh", num_envs=2, seed=0):
     hyper = dataclasses.replace(getattr(config, algo_name), learning_starts=64, batch_size=32)
     config = dataclasses.replace(config, num_envs=num_envs, **{algo_name: hyper})
     env = make_xla_env(env_id, num_envs, 1, seed)
-    algo = make_off_policy_algorithm(config, env.spec)
+    algo = make_algorithm(config, env.spec)
     plan = off_policy_plan(hyper, num_envs)
     loop = make_off_policy_loop(algo, env, EnvOptions(False, False, 0.99), plan, placement, exchange, 4, 0, None)
     state = loop.init(jax.random.key(seed), env.handle, env.reset())
@@ -134,7 +135,7 @@ def test_data_parallel_role_matches_one_device():
     """Both roles sharded over both devices (batch split, parameters replicated) == one device."""
     both = tuple(CPU[:2])
     results = []
-    for placement in (resolve_placement("single"), Placement("single", CPU[0], both, both)):
+    for placement in (resolve_placement("single"), Placement("single", CPU[0], both, both, both[0], CPU[0])):
         loop, state, _ = build("sac", "Pendulum-v1", placement)
         state, _, _ = loop.run(state, 3)
         results.append(jax.device_get(state.critic.q))

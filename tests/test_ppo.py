@@ -5,11 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.algos.ppo import make_ppo
-from jaxrl_fast.config import PPOConfig, TrainConfig
+from jaxrl_fast.algos.ppo import PPOConfig
+from jaxrl_fast.config import TrainConfig
 from jaxrl_fast.data import Rollout, Transition
 from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.schedules.sync import EnvOptions, make_sync_loop
+from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.schedules.sync import make_sync_loop
 from jaxrl_fast.trainer import train
 
 

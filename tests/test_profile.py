@@ -10,7 +10,7 @@ import pytest
 from jaxrl_fast.phases import phase_of_op_name
 from jaxrl_fast.profiler import hlo_phase_map, instruction_phases
 from jaxrl_fast.train import main, parse_args
-from jaxrl_fast.trainer import planned_calls
+from jaxrl_fast.plan import planned_calls
 
 SCRIPT = Path(__file__).resolve().parents[1] / "profiling" / "summarize_trace.py"
 

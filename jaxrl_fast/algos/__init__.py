@@ -1,33 +1,48 @@
-"""Algorithms: one module each, `make_<algo>(config, spec, ...)` returning a bundle of pure functions."""
+"""Algorithms by registry: every module here that declares `ALGORITHM = AlgorithmSpec(...)` is one.
+
+Nothing else in the engine names an algorithm: `--algo`, the `--<name>.*` flag groups, presets,
+validation and the choice of schedule are read from `ALGORITHMS`.
+"""
 
 from __future__ import annotations
 
-from jaxrl_fast.config import TrainConfig
-from jaxrl_fast.data import Algorithm, OffPolicyAlgorithm
+import importlib
+import pkgutil
+from typing import Any
+
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig
 from jaxrl_fast.env import EnvSpec
 
+__all__ = ["ALGORITHMS", "AlgorithmSpec", "ReplayConfig", "algorithm_spec", "make_algorithm"]
 
-def make_algorithm(config: TrainConfig, spec: EnvSpec) -> Algorithm:
-    """On-policy algorithms (driven by `schedules.sync`)."""
-    if config.algo == "ppo":
-        from jaxrl_fast.algos.ppo import make_ppo
-
-        return make_ppo(config.ppo, spec, config.total_steps)
-    raise ValueError(f"--algo: {config.algo!r} is not an on-policy algorithm")
+FIRST = "ppo"  # listed first (the default); the others follow in name order
 
 
-def make_off_policy_algorithm(config: TrainConfig, spec: EnvSpec) -> OffPolicyAlgorithm:
-    """Off-policy algorithms (driven by `schedules.offpolicy`)."""
-    if config.algo == "sac":
-        from jaxrl_fast.algos.sac import make_sac
+def _discover() -> dict[str, AlgorithmSpec]:
+    found: dict[str, AlgorithmSpec] = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        spec = getattr(module, "ALGORITHM", None)
+        if isinstance(spec, AlgorithmSpec):
+            if spec.name in found:
+                raise RuntimeError(f"two algorithm modules declare the name {spec.name!r}")
+            found[spec.name] = spec
+    return dict(sorted(found.items(), key=lambda item: (item[0] != FIRST, item[0])))
 
-        return make_sac(config.sac, spec)
-    if config.algo == "td3":
-        from jaxrl_fast.algos.td3 import make_td3
 
-        return make_td3(config.td3, spec)
-    if config.algo == "dqn":
-        from jaxrl_fast.algos.dqn import make_dqn
+ALGORITHMS: dict[str, AlgorithmSpec] = _discover()
 
-        return make_dqn(config.dqn, spec, config.total_steps)
-    raise ValueError(f"--algo: {config.algo!r} is not an off-policy algorithm")
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    if name not in ALGORITHMS:
+        raise ValueError(f"--algo: unknown algorithm {name!r}; choose from {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def make_algorithm(config: Any, spec: EnvSpec) -> Any:
+    """The bundle of pure functions of `config.algo` (an `Algorithm` or an `OffPolicyAlgorithm`)."""
+    algorithm = algorithm_spec(config.algo)
+    error = algorithm.action_space_error(spec)
+    if error is not None:
+        raise ValueError(error)
+    return algorithm.make(getattr(config, config.algo), spec, config.total_steps)

@@ -6,18 +6,61 @@ the behaviour policy is epsilon-greedy in the online Q (`acting_params`). The ac
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.config import DQNConfig
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, validate_replay
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import make_discrete_q_network
 from jaxrl_fast.ops.losses import weighted_mean
 from jaxrl_fast.replay import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig(ReplayConfig):
+    """DQN (Mnih et al. 2015) with double-DQN targets (van Hasselt et al. 2016)."""
+
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    """Hidden layer widths of the Q-network."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    batch_size: int = 128
+    """Transitions per gradient update."""
+    learning_starts: int = 1_000
+    """Environment steps of uniform random actions before the first update."""
+    utd_ratio: float = 0.25
+    """Gradient updates per environment step (fractions allowed: 0.25 is one update per 4 steps)."""
+    learning_rate: float = 2.5e-4
+    """Adam step size."""
+    target_update_interval: int = 500
+    """Gradient updates between hard target-network copies."""
+    start_epsilon: float = 1.0
+    """Exploration rate at the start."""
+    end_epsilon: float = 0.05
+    """Exploration rate after the decay."""
+    exploration_fraction: float = 0.5
+    """Fraction of the run over which epsilon decays linearly."""
+    max_grad_norm: float = 10.0
+    """Gradient-norm clipping."""
+
+
+METRICS = ("train/q_loss", "train/q_mean", "train/actor_updates")
+
+
+def validate(config: DQNConfig, train: Any) -> list[str]:
+    checks = [
+        (config.learning_rate > 0, f"--dqn.learning-rate must be positive, got {config.learning_rate}"),
+        (config.target_update_interval >= 1,
+         f"--dqn.target-update-interval must be at least 1, got {config.target_update_interval}"),
+        (0.0 <= config.end_epsilon <= 1.0 and 0.0 <= config.start_epsilon <= 1.0,
+         f"--dqn.start-epsilon and --dqn.end-epsilon must be in [0, 1], got {config.start_epsilon} and {config.end_epsilon}"),
+    ]
+    return validate_replay("dqn", config, train) + [message for ok, message in checks if not ok]
 
 
 class DQNCriticState(NamedTuple):
@@ -35,9 +78,7 @@ def epsilon_at(config: DQNConfig, env_step: jax.Array, total_steps: int) -> jax.
 
 
 def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlgorithm:
-    if not spec.discrete:
-        raise ValueError(f"--algo dqn: {spec.env_id} has continuous actions; DQN needs discrete actions (use sac, td3 or ppo)")
-    q_net = make_discrete_q_network(spec, config.hidden_sizes, config.activation)
+    q_net = make_discrete_q_network(spec, config)
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
 
     def init(key: jax.Array) -> tuple[tuple, DQNCriticState]:
@@ -47,14 +88,12 @@ def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlg
     def act_deterministic(q: Any, obs: jax.Array) -> jax.Array:
         return jnp.argmax(q_net.apply(q, obs), axis=-1).astype(jnp.int32)
 
-    def random_act(obs: jax.Array, key: jax.Array) -> Act:
-        action = jax.random.randint(key, (obs.shape[0],), 0, spec.num_actions)
-        return Act(action, action, ())
+    uniform = random_act(spec)
 
     def act(q: Any, obs: jax.Array, key: jax.Array, env_step: jax.Array) -> Act:
         explore_key, random_key = jax.random.split(key)
         explore = jax.random.uniform(explore_key, (obs.shape[0],)) < epsilon_at(config, env_step, total_steps)
-        action = jnp.where(explore, random_act(obs, random_key).action, act_deterministic(q, obs))
+        action = jnp.where(explore, uniform(obs, random_key).action, act_deterministic(q, obs))
         return Act(action, action, ())
 
     def update_critic(state: DQNCriticState, actor: Any, batch: Batch, key: jax.Array):
@@ -81,7 +120,7 @@ def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlg
         init=init,
         acting_params=lambda actor, critic: critic.q,
         act=act,
-        random_act=random_act,
+        random_act=uniform,
         act_deterministic=act_deterministic,
         actor_exchange=lambda actor: (),
         critic_exchange=lambda critic: (),
@@ -89,3 +128,7 @@ def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlg
         update_actor=no_actor_update,
         actor_update_period=0,
     )
+
+
+ALGORITHM = AlgorithmSpec(name="dqn", family="off_policy", config=DQNConfig, make=make_dqn, actions="discrete",
+                          metrics=METRICS, validate=validate)

@@ -6,19 +6,58 @@ separate networks with one optimizer each, so that placement can treat them as r
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import dataclasses
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.config import PPOConfig
+from jaxrl_fast.algos.base import AlgorithmSpec, positive_sizes
 from jaxrl_fast.data import Act, Algorithm, Rollout
 from jaxrl_fast.env import EnvSpec
-from jaxrl_fast.networks import make_policy_network, make_value_network
+from jaxrl_fast.networks import Network, NetworkConfig, make_policy_network, make_value_network
 from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import global_norm, weighted_mean
 from jaxrl_fast.ops.returns import generalized_advantage_estimation
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(NetworkConfig):
+    """Proximal Policy Optimization (Schulman et al. 2017) with the usual implementation details."""
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the policy and value MLPs."""
+    activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
+    """Hidden-layer activation."""
+    learning_rate: float = 3e-4
+    """Adam step size (per role: the policy and the value function have one optimizer each)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    num_steps: int = 128
+    """Rollout length per environment per iteration; a batch is num_envs x num_steps samples."""
+    num_minibatches: int = 4
+    """Minibatches per epoch; must divide num_envs x num_steps."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
+    clip_coef: float = 0.2
+    """Policy ratio clipping."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Gradient-norm clipping, applied to each role's gradient."""
+    normalize_advantages: bool = True
+    """Standardise advantages per minibatch."""
+
+
+METRICS = ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
+           "train/grad_norm", "train/explained_variance")
 
 
 class ActorCriticParams(NamedTuple):
@@ -56,27 +95,25 @@ def num_iterations(total_steps: int, num_envs: int, config: PPOConfig) -> int:
     return max(1, total_steps // (num_envs * config.num_steps))
 
 
-def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
-    policy_net = make_policy_network(spec, config.hidden_sizes, config.activation)
-    value_net = make_value_network(spec, config.hidden_sizes, config.activation)
-    batch_size = spec.num_envs * config.num_steps
-    if batch_size % config.num_minibatches:
-        raise ValueError(
-            f"--ppo.num-minibatches {config.num_minibatches} must divide the batch "
-            f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
-        )
-    minibatch_size = batch_size // config.num_minibatches
-    updates_per_role = num_iterations(total_steps, spec.num_envs, config) * config.update_epochs * config.num_minibatches
-    learning_rate = (
-        optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
-    )
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
-    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+def validate(config: PPOConfig, train: Any) -> list[str]:
+    batch = train.num_envs * config.num_steps
+    checks = [
+        (config.num_steps > 0, f"--ppo.num-steps must be positive, got {config.num_steps}"),
+        (config.update_epochs > 0, f"--ppo.update-epochs must be positive, got {config.update_epochs}"),
+        (config.num_minibatches > 0, f"--ppo.num-minibatches must be positive, got {config.num_minibatches}"),
+        (config.num_minibatches <= 0 or batch % config.num_minibatches == 0,
+         f"--ppo.num-minibatches {config.num_minibatches} does not divide the batch "
+         f"--num-envs x --ppo.num-steps = {train.num_envs} x {config.num_steps} = {batch}"),
+        (batch <= train.total_steps, f"--total-steps {train.total_steps} is smaller than one batch ({batch} samples)"),
+        (0.0 < config.gamma <= 1.0, f"--ppo.gamma must be in (0, 1], got {config.gamma}"),
+        (0.0 <= config.gae_lambda <= 1.0, f"--ppo.gae-lambda must be in [0, 1], got {config.gae_lambda}"),
+        (config.learning_rate > 0, f"--ppo.learning-rate must be positive, got {config.learning_rate}"),
+    ]
+    return [message for ok, message in checks if not ok] + positive_sizes("--ppo", config.hidden_sizes)
 
-    def init(key: jax.Array) -> PPOState:
-        actor_key, critic_key = jax.random.split(key)
-        params = ActorCriticParams(policy_net.init(actor_key), value_net.init(critic_key))
-        return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)))
+
+def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: Network):
+    """`loss(params, minibatch) -> (loss, metrics)`: clipped surrogate, value loss, entropy bonus."""
 
     def log_prob_and_entropy(actor_params: Any, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
         if spec.discrete:
@@ -84,23 +121,6 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
             return dist.categorical_log_prob(logits, action), dist.categorical_entropy(logits)
         mean, log_std = policy_net.apply(actor_params, obs)
         return dist.gaussian_log_prob(mean, log_std, action), dist.gaussian_entropy(log_std)
-
-    def act(state: PPOState, obs: jax.Array, key: jax.Array) -> Act:
-        value = value_net.apply(state.params.critic, obs)
-        if spec.discrete:
-            logits = policy_net.apply(state.params.actor, obs)
-            action = dist.categorical_sample(key, logits)
-            return Act(action, action, PPOExtras(dist.categorical_log_prob(logits, action), value))
-        mean, log_std = policy_net.apply(state.params.actor, obs)
-        action = dist.gaussian_sample(key, mean, log_std)
-        extras = PPOExtras(dist.gaussian_log_prob(mean, log_std, action), value)
-        return Act(action, jnp.clip(action, low, high), extras)
-
-    def act_deterministic(actor_params: Any, obs: jax.Array) -> jax.Array:
-        if spec.discrete:
-            return dist.categorical_mode(policy_net.apply(actor_params, obs))
-        mean, _ = policy_net.apply(actor_params, obs)
-        return jnp.clip(mean, low, high)
 
     def loss_fn(params: ActorCriticParams, mb: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
         log_prob, entropy = log_prob_and_entropy(params.actor, mb.obs, mb.action)
@@ -124,6 +144,15 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
             "train/clip_fraction": weighted_mean((jnp.abs(ratio - 1) > config.clip_coef).astype(jnp.float32), mb.weight),
         }
         return loss, metrics
+
+    return loss_fn
+
+
+def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss_fn: Any, value_net: Network,
+                batch_size: int):
+    """`update(state, rollout, key) -> (state, metrics)`: GAE over the rollout, then
+    `update_epochs` passes of `num_minibatches` minibatch steps, each role with its optimizer."""
+    minibatch_size = batch_size // config.num_minibatches
 
     def minibatch_step(state: PPOState, mb: Batch) -> tuple[PPOState, dict[str, jax.Array]]:
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, mb)
@@ -167,6 +196,51 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
         ) / jnp.maximum(weighted_mean((batch.target - weighted_mean(batch.target, batch.weight)) ** 2, batch.weight), 1e-8)
         return state, metrics
 
+    return update
+
+
+def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
+    policy_net = make_policy_network(spec, config)
+    value_net = make_value_network(spec, config)
+    batch_size = spec.num_envs * config.num_steps
+    if batch_size % config.num_minibatches:
+        raise ValueError(
+            f"--ppo.num-minibatches {config.num_minibatches} must divide the batch "
+            f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
+        )
+    updates_per_role = num_iterations(total_steps, spec.num_envs, config) * config.update_epochs * config.num_minibatches
+    learning_rate = (
+        optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
+    )
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+
+    def init(key: jax.Array) -> PPOState:
+        actor_key, critic_key = jax.random.split(key)
+        params = ActorCriticParams(policy_net.init(actor_key), value_net.init(critic_key))
+        return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)))
+
+    def act(state: PPOState, obs: jax.Array, key: jax.Array) -> Act:
+        value = value_net.apply(state.params.critic, obs)
+        if spec.discrete:
+            logits = policy_net.apply(state.params.actor, obs)
+            action = dist.categorical_sample(key, logits)
+            return Act(action, action, PPOExtras(dist.categorical_log_prob(logits, action), value))
+        mean, log_std = policy_net.apply(state.params.actor, obs)
+        action = dist.gaussian_sample(key, mean, log_std)
+        extras = PPOExtras(dist.gaussian_log_prob(mean, log_std, action), value)
+        return Act(action, jnp.clip(action, low, high), extras)
+
+    def act_deterministic(actor_params: Any, obs: jax.Array) -> jax.Array:
+        if spec.discrete:
+            return dist.categorical_mode(policy_net.apply(actor_params, obs))
+        mean, _ = policy_net.apply(actor_params, obs)
+        return jnp.clip(mean, low, high)
+
+    loss_fn = make_loss(config, spec, policy_net, value_net)
+
+    update = make_update(config, optimizer, loss_fn, value_net, batch_size)
+
     return Algorithm(
         init=init,
         act=act,
@@ -176,3 +250,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
         rollout_length=config.num_steps,
         update_frames_per_iteration=config.update_epochs * batch_size,
     )
+
+
+ALGORITHM = AlgorithmSpec(name="ppo", family="on_policy", config=PPOConfig, make=make_ppo, actions="any",
+                          metrics=METRICS, validate=validate)

@@ -7,20 +7,50 @@ the temperature (`actor_exchange`); the actor update needs the online critics (`
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.config import SACConfig
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, validate_replay
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
-from jaxrl_fast.networks import make_q_network, make_squashed_gaussian_policy
+from jaxrl_fast.networks import Network, make_q_network, make_squashed_gaussian_policy
 from jaxrl_fast.ops.distributions import tanh_gaussian_sample_and_log_prob
 from jaxrl_fast.ops.losses import polyak, weighted_mean
 from jaxrl_fast.replay import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig(ReplayConfig):
+    """Soft Actor-Critic (Haarnoja et al. 2018): twin critics, automatic entropy tuning."""
+
+    tau: float = 0.005
+    """Polyak rate of the target critics."""
+    actor_lr: float = 3e-4
+    """Adam step size of the policy."""
+    critic_lr: float = 1e-3
+    """Adam step size of the twin critics."""
+    alpha_lr: float = 1e-3
+    """Adam step size of the entropy temperature."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature."""
+    autotune: bool = True
+    """Tune the entropy temperature towards -action_dim."""
+
+
+METRICS = ("train/critic_loss", "train/q_mean", "train/actor_loss", "train/alpha", "train/entropy", "train/actor_updates")
+
+
+def validate(config: SACConfig, train: Any) -> list[str]:
+    rates = [(name, getattr(config, name)) for name in ("actor_lr", "critic_lr", "alpha_lr")]
+    return validate_replay("sac", config, train) + [
+        f"--sac.{name.replace('_', '-')} must be positive, got {value}" for name, value in rates if not value > 0
+    ] + ([f"--sac.tau must be in (0, 1], got {config.tau}"] if not 0.0 < config.tau <= 1.0 else []) + (
+        [f"--sac.init-alpha must be positive, got {config.init_alpha}"] if not config.init_alpha > 0 else [])
 
 
 class SACActorState(NamedTuple):
@@ -58,21 +88,41 @@ def action_scale(spec: EnvSpec) -> ActionScale:
     return ActionScale((high + low) / 2, (high - low) / 2)
 
 
-def uniform_random_act(spec: EnvSpec):
-    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformation, alpha_opt: optax.GradientTransformation,
+                      sample: Callable, q_net: Network, target_entropy: float):
+    """`update_actor(actor, q_params, obs [N, ...], weight [N], key)`: the policy towards the soft Q,
+    then the temperature towards the target entropy."""
 
-    def random_act(obs: jax.Array, key: jax.Array) -> Act:
-        action = jax.random.uniform(key, (obs.shape[0], *spec.action_shape), minval=low, maxval=high)
-        return Act(action, action, ())
+    def update_actor(state: SACActorState, q_params: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
+        alpha = jnp.exp(state.log_alpha)
 
-    return random_act
+        def policy_loss_fn(policy):
+            action, log_prob = sample(policy, obs, key)
+            q = q_net.apply(q_params, obs, action).min(axis=0)
+            return weighted_mean(alpha * log_prob - q, weight), log_prob
+
+        (policy_loss, log_prob), grads = jax.value_and_grad(policy_loss_fn, has_aux=True)(state.policy)
+        updates, policy_opt_state = policy_opt.update(grads, state.policy_opt, state.policy)
+        policy = optax.apply_updates(state.policy, updates)
+        entropy_gap = jax.lax.stop_gradient(log_prob + target_entropy)
+        log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt
+        if config.autotune:
+            alpha_grad = jax.grad(lambda la: weighted_mean(-la * entropy_gap, weight))(state.log_alpha)
+            alpha_updates, alpha_opt_state = alpha_opt.update(alpha_grad, state.alpha_opt, state.log_alpha)
+            log_alpha = optax.apply_updates(state.log_alpha, alpha_updates)
+        metrics = {
+            "train/actor_loss": policy_loss,
+            "train/alpha": jnp.exp(log_alpha),
+            "train/entropy": -weighted_mean(log_prob, weight),
+        }
+        return SACActorState(policy, log_alpha, policy_opt_state, alpha_opt_state), metrics
+
+    return update_actor
 
 
-def make_sac(config: SACConfig, spec: EnvSpec) -> OffPolicyAlgorithm:
-    if spec.discrete:
-        raise ValueError(f"--algo sac: {spec.env_id} has discrete actions; SAC here is for continuous actions (use dqn or ppo)")
-    policy_net = make_squashed_gaussian_policy(spec, config.hidden_sizes, config.activation)
-    q_net = make_q_network(spec, config.hidden_sizes, config.activation, num_critics=2)
+def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0) -> OffPolicyAlgorithm:
+    policy_net = make_squashed_gaussian_policy(spec, config)
+    q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
     target_entropy = -float(math.prod(spec.action_shape))
     policy_opt = optax.adam(config.actor_lr)
@@ -117,35 +167,13 @@ def make_sac(config: SACConfig, spec: EnvSpec) -> OffPolicyAlgorithm:
         new = SACCriticState(q, polyak(state.target_q, q, config.tau), q_opt_state)
         return new, {"train/critic_loss": loss, "train/q_mean": q_mean}
 
-    def update_actor(state: SACActorState, q_params: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
-        alpha = jnp.exp(state.log_alpha)
-
-        def policy_loss_fn(policy):
-            action, log_prob = sample(policy, obs, key)
-            q = q_net.apply(q_params, obs, action).min(axis=0)
-            return weighted_mean(alpha * log_prob - q, weight), log_prob
-
-        (policy_loss, log_prob), grads = jax.value_and_grad(policy_loss_fn, has_aux=True)(state.policy)
-        updates, policy_opt_state = policy_opt.update(grads, state.policy_opt, state.policy)
-        policy = optax.apply_updates(state.policy, updates)
-        entropy_gap = jax.lax.stop_gradient(log_prob + target_entropy)
-        log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt
-        if config.autotune:
-            alpha_grad = jax.grad(lambda la: weighted_mean(-la * entropy_gap, weight))(state.log_alpha)
-            alpha_updates, alpha_opt_state = alpha_opt.update(alpha_grad, state.alpha_opt, state.log_alpha)
-            log_alpha = optax.apply_updates(state.log_alpha, alpha_updates)
-        metrics = {
-            "train/actor_loss": policy_loss,
-            "train/alpha": jnp.exp(log_alpha),
-            "train/entropy": -weighted_mean(log_prob, weight),
-        }
-        return SACActorState(policy, log_alpha, policy_opt_state, alpha_opt_state), metrics
+    update_actor = make_actor_update(config, policy_opt, alpha_opt, sample, q_net, target_entropy)
 
     return OffPolicyAlgorithm(
         init=init,
         acting_params=lambda actor, critic: actor.policy,
         act=act,
-        random_act=uniform_random_act(spec),
+        random_act=random_act(spec),
         act_deterministic=act_deterministic,
         actor_exchange=lambda actor: PolicyAndAlpha(actor.policy, actor.log_alpha),
         critic_exchange=lambda critic: critic.q,
@@ -153,3 +181,7 @@ def make_sac(config: SACConfig, spec: EnvSpec) -> OffPolicyAlgorithm:
         update_actor=update_actor,
         actor_update_period=1,
     )
+
+
+ALGORITHM = AlgorithmSpec(name="sac", family="off_policy", config=SACConfig, make=make_sac, actions="continuous",
+                          metrics=METRICS, validate=validate)

@@ -8,19 +8,56 @@ is updated every `policy_delay` critic updates; the critic moves its targets on 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.sac import action_scale, uniform_random_act
-from jaxrl_fast.config import TD3Config
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, validate_replay
+from jaxrl_fast.algos.sac import action_scale
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import make_deterministic_policy, make_q_network
 from jaxrl_fast.ops.losses import polyak, weighted_mean
 from jaxrl_fast.replay import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class TD3Config(ReplayConfig):
+    """Twin Delayed DDPG (Fujimoto et al. 2018): target policy smoothing, delayed actor updates."""
+
+    learning_starts: int = 25_000
+    """Environment steps of uniform random actions before the first update."""
+    tau: float = 0.005
+    """Polyak rate of the target networks."""
+    actor_lr: float = 3e-4
+    """Adam step size of the policy."""
+    critic_lr: float = 3e-4
+    """Adam step size of the twin critics."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise, as a fraction of the action range's half-width."""
+    policy_noise: float = 0.2
+    """Std of the target policy smoothing noise (fraction of the half-width)."""
+    noise_clip: float = 0.5
+    """Clip of the target policy smoothing noise."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+
+
+METRICS = ("train/critic_loss", "train/q_mean", "train/actor_loss", "train/actor_updates")
+
+
+def validate(config: TD3Config, train: Any) -> list[str]:
+    checks = [
+        (config.actor_lr > 0, f"--td3.actor-lr must be positive, got {config.actor_lr}"),
+        (config.critic_lr > 0, f"--td3.critic-lr must be positive, got {config.critic_lr}"),
+        (0.0 < config.tau <= 1.0, f"--td3.tau must be in (0, 1], got {config.tau}"),
+        (config.policy_delay >= 1, f"--td3.policy-delay must be at least 1, got {config.policy_delay}"),
+        (config.exploration_noise >= 0, f"--td3.exploration-noise must be 0 or positive, got {config.exploration_noise}"),
+    ]
+    return validate_replay("td3", config, train) + [message for ok, message in checks if not ok]
 
 
 class TD3ActorState(NamedTuple):
@@ -36,11 +73,9 @@ class TD3CriticState(NamedTuple):
     updates: jax.Array  # int32 []: critic updates so far (targets move every policy_delay)
 
 
-def make_td3(config: TD3Config, spec: EnvSpec) -> OffPolicyAlgorithm:
-    if spec.discrete:
-        raise ValueError(f"--algo td3: {spec.env_id} has discrete actions; TD3 is for continuous actions (use dqn or ppo)")
-    policy_net = make_deterministic_policy(spec, config.hidden_sizes, config.activation)
-    q_net = make_q_network(spec, config.hidden_sizes, config.activation, num_critics=2)
+def make_td3(config: TD3Config, spec: EnvSpec, total_steps: int = 0) -> OffPolicyAlgorithm:
+    policy_net = make_deterministic_policy(spec, config)
+    q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
     low, high = scale.to_env(-1.0), scale.to_env(1.0)
     policy_opt, q_opt = optax.adam(config.actor_lr), optax.adam(config.critic_lr)
@@ -96,7 +131,7 @@ def make_td3(config: TD3Config, spec: EnvSpec) -> OffPolicyAlgorithm:
         init=init,
         acting_params=lambda actor, critic: actor.policy,
         act=act,
-        random_act=uniform_random_act(spec),
+        random_act=random_act(spec),
         act_deterministic=act_deterministic,
         actor_exchange=lambda actor: actor.target_policy,
         critic_exchange=lambda critic: critic.q,
@@ -104,3 +139,7 @@ def make_td3(config: TD3Config, spec: EnvSpec) -> OffPolicyAlgorithm:
         update_actor=update_actor,
         actor_update_period=config.policy_delay,
     )
+
+
+ALGORITHM = AlgorithmSpec(name="td3", family="off_policy", config=TD3Config, make=make_td3, actions="continuous",
+                          metrics=METRICS, validate=validate)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast import phases
-from jaxrl_fast.env import EpisodeStats, HostSteps, make_pool, recv_steps
+from jaxrl_fast.env import EpisodeStats, HostEpisodes, HostSteps, make_pool, recv_steps
 from jaxrl_fast.replay import Row
 
 MAX_LEAD_CHUNKS = 64  # an env this many chunks ahead of the slowest means one env stopped returning
@@ -53,14 +53,11 @@ class StreamStager:
         self.pending_action = np.zeros((n, *action.shape), action.dtype)
         self.pending_version = np.full(n, -1, np.int64)
         self.has_pending = np.zeros(n, bool)
-        self.reset_step = np.zeros(n, bool)  # the pending step is EnvPool's reset step
-        self.episode_return = np.zeros(n, np.float64)
-        self.episode_length = np.zeros(n, np.int64)
+        self.episodes = HostEpisodes(n)
         self.filled = np.zeros(n, np.int64)  # rows staged per env
         self.version = np.zeros((0, n), np.int64)
         self.rows = Row(*(np.zeros((0, n, *shape), dtype) for shape, dtype in (
             (obs_shape, np.float32), (action.shape, action.dtype), ((), np.float32), ((), bool), ((), bool), ((), bool))))
-        self._finished = [0, 0.0, 0]  # count, return sum, length sum
         self._grow(2 * chunk_length)
 
     def _grow(self, capacity: int) -> None:
@@ -80,24 +77,14 @@ class StreamStager:
                     raise RuntimeError(f"EnvPool async mode: env {slow} returned no step while others ran "
                                        f"{MAX_LEAD_CHUNKS} chunks ahead")
                 self._grow(2 * self.version.shape[0])
-            valid = ~self.reset_step[ids]
             terminated, truncated = steps.terminated[got], steps.truncated[got]
+            valid = self.episodes.track(ids, steps.reward[got], terminated, truncated)
             at = (self.filled[ids], ids)
             for buffer, value in zip(self.rows, (self.pending_obs[ids], self.pending_action[ids], steps.reward[got],
                                                  terminated, truncated, valid)):
                 buffer[at] = value
             self.version[at] = self.pending_version[ids]
             self.filled[ids] += 1
-            # episode statistics: reset steps are part of no episode
-            self.episode_return[ids] = np.where(valid, self.episode_return[ids] + steps.reward[got], 0.0)
-            self.episode_length[ids] = np.where(valid, self.episode_length[ids] + 1, 0)
-            ended = valid & (terminated | truncated)
-            self._finished[0] += int(ended.sum())
-            self._finished[1] += float(self.episode_return[ids][ended].sum())
-            self._finished[2] += int(self.episode_length[ids][ended].sum())
-            self.episode_return[ids[ended]] = 0.0
-            self.episode_length[ids[ended]] = 0
-            self.reset_step[ids] = ended
         self.pending_obs[steps.env_id] = steps.obs
 
     def acted(self, env_id: np.ndarray, action: np.ndarray, version: int) -> None:
@@ -118,10 +105,7 @@ class StreamStager:
         for x in (*self.rows, self.version):
             x[:-T] = x[T:].copy()
         self.filled -= T
-        count, return_sum, length_sum = self._finished
-        self._finished = [0, 0.0, 0]
-        finished = EpisodeStats(np.int32(count), np.float32(return_sum), np.int32(length_sum))
-        return StagedChunk(rows, version, finished)
+        return StagedChunk(rows, version, self.episodes.take())
 
 
 class AsyncModeActor:

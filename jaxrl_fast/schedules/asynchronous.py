@@ -29,20 +29,21 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast import phases
-from jaxrl_fast.data import OffPolicyAlgorithm
-from jaxrl_fast.env import XlaEnv, add_stats, init_episode_stats, make_xla_env
-from jaxrl_fast.placement import host_acting_device, transfer
+from jaxrl_fast.acting import EvalPayload, eval_payload, init_env_carry
+from jaxrl_fast.env import add_stats, init_episode_stats, make_xla_env
+from jaxrl_fast.placement import describe, transfer
+from jaxrl_fast.plan import run_off_policy_plan
 from jaxrl_fast.replay import Row, add_many, init_replay
-from jaxrl_fast.schedules.acting import EnvOptions, EvalPayload, init_env_carry
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
-from jaxrl_fast.schedules.offpolicy import OffPolicyPlan, make_pieces, mean_metrics, reduce_update_metrics
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, Snapshot, mean_metrics
+from jaxrl_fast.schedules.offpolicy import make_pieces
 from jaxrl_fast.schedules.timing import PhaseClock
 
 ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
@@ -138,57 +139,84 @@ def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
     return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *rows)
 
 
-class AsyncLoop:
-    def __init__(self, algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
-                 learner_device: jax.Device, seed: int, num_actors: int, max_policy_lag: int, on_eval=None,
-                 eval_every_iterations: int = 0, env_batch_size: int = 0):
+def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, clock: PhaseClock) -> Callable:
+    """An actor acting as one jitted program per chunk: EnvPool's XLA step and the policy inside
+    `lax.scan`, on `device` (placement's acting device)."""
+    program = jax.jit(pieces_of(env).act_rows, static_argnums=4, donate_argnums=0)
+    with jax.default_device(device):
+        carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
+
+    def act(params, version, random, key, env_step):
+        nonlocal carry
+        carry, rows, finished = clock.timed("env", program, carry, params, key, jnp.int32(env_step), random)
+        return rows, -1 if random else version, finished
+
+    return act
+
+
+def async_mode_acting(actor: AsyncModeActor, clock: PhaseClock) -> Callable:
+    """An actor acting on EnvPool's async-mode batches from the host, rows staged per env stream."""
+
+    def act(params, version, random, key, env_step):
+        begin = time.perf_counter()
+        params = jax.block_until_ready(transfer(params, actor.device))
+        clock.interval("transfer", begin, time.perf_counter())
+        staged = actor.act_chunk(params, version, random, key, env_step, clock)
+        return staged.rows, staged.version, staged.finished
+
+    return act
+
+
+class AsyncSchedule:
+    """Off-policy `async`: actor threads with their own EnvPools, the learner on `placement.learner`."""
+
+    def __init__(self, ctx: Context):
+        config, env, options, algo = ctx.config, ctx.env, ctx.options, ctx.algo
         if options.normalize_observations or options.scale_rewards:
             raise ValueError("--schedule async: observation normalization and reward scaling are on-policy options")
-        self.algo, self.plan, self.options = algo, plan, options
-        self.device, self.seed = learner_device, seed
-        self.on_eval, self.eval_every = on_eval, eval_every_iterations
+        self.ctx, self.algo, self.options = ctx, algo, options
+        self.plan = plan = run_off_policy_plan(config)
+        self.device, self.seed, self.num_actors = ctx.placement.learner, config.seed, config.num_actors
+        self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
         threads = env.pool.config["num_threads"]
-        self.num_actors = num_actors
-        self.async_mode = 0 < env_batch_size < env.spec.num_envs
+        self.async_mode = 0 < config.env_batch_size < env.spec.num_envs
+        self.clock = PhaseClock()  # env, inference (async mode), transfer, update
         if self.async_mode:  # EnvPool's async mode: each actor stages per-env streams on the host
-            self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, env_batch_size, threads,
-                                          seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, host_acting_device())
-                           for i in range(num_actors)]
+            self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, config.env_batch_size, threads,
+                                          self.seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, ctx.placement.host)
+                           for i in range(self.num_actors)]
         else:  # the whole chunk is one jitted program around EnvPool's XLA step
-            self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads, seed + ACTOR_SEED_STRIDE * i)
-                                 for i in range(1, num_actors)]
+            self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads, self.seed + ACTOR_SEED_STRIDE * i)
+                                 for i in range(1, self.num_actors)]
         self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
         self.pieces = make_pieces(algo, env, options, plan)
         self.stop = threading.Event()
-        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, self.chunk, num_actors,
-                                     max_policy_lag, self.stop)
+        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, self.chunk,
+                                     self.num_actors, config.max_policy_lag, self.stop)
         self.queue: queue.Queue[Chunk] = queue.Queue()
-        self.pending = [collections.deque() for _ in range(num_actors)]
+        self.pending = [collections.deque() for _ in range(self.num_actors)]
         self.errors: list[BaseException] = []
         self.threads: list[threading.Thread] = []
-        self.version = 0
+        self.version, self.warmup_written = 0, 0
         self.episodes = init_episode_stats()
-        self.warmup_written = 0
-        # env: EnvPool (with the XLA step, the whole acting program, inference included); inference:
-        # the policy on an async-mode batch; transfer: copies between the actors' and learner's devices
-        self.clock = PhaseClock()
+        self._updates = jax.jit(self.pieces.run_updates, donate_argnums=(0, 1))
 
-        def updates(actor, critic, replay, keys, first_index):
-            actor, critic, metrics = self.pieces.run_updates(actor, critic, replay, keys, first_index)
-            return actor, critic, reduce_update_metrics(metrics)
-
-        self._updates = jax.jit(updates, donate_argnums=(0, 1))
         def add_block(replay, episodes, rows, finished, keep):
             for stats in finished:
                 episodes = add_stats(episodes, stats)
             return add_many(replay, merge_block(rows, keep)), episodes
 
         self._add_block = jax.jit(add_block, donate_argnums=0)
+        self.fields = ("actor", "critic", "key", "iteration", "updates") + (("replay",) if config.checkpoint_replay else ())
 
     # -- actors ----------------------------------------------------------------------------
     def _actor(self, index: int, warmup_chunks: int) -> None:
         try:
-            act = self._async_mode_acting(index) if self.async_mode else self._xla_acting(index)
+            if self.async_mode:
+                act = async_mode_acting(self.actors[index], self.clock)
+            else:
+                pieces_of = lambda env: make_pieces(self.algo, env, self.options, self.plan)  # noqa: E731
+                act = xla_acting(pieces_of, self.envs[index], self.options, self.ctx.placement.acting, self.clock)
             key = jax.random.key(self.seed + 7919 * (index + 1))
             chunks = 0
             while not self.stop.is_set():
@@ -199,65 +227,29 @@ class AsyncLoop:
                 key, sub = jax.random.split(key)
                 env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
                 rows, acted_by, finished = act(params, version, random, sub, env_step)
-                begin = time.perf_counter()
-                rows = jax.block_until_ready(transfer(rows, self.device))
-                self.clock.interval("transfer", begin, time.perf_counter())
+                rows = self.clock.timed("transfer", transfer, rows, self.device)
                 self.queue.put(Chunk(rows, acted_by, finished, index))
                 chunks += 1
         except BaseException as error:  # reported by the learner; every thread stops
             self.errors.append(error)
             self.stop.set()
 
-    def _xla_acting(self, index: int):
-        """Acting as one jitted program per chunk: EnvPool's XLA step and the policy inside `lax.scan`."""
-        env = self.envs[index]
-        pieces = make_pieces(self.algo, env, self.options, self.plan)
-        program = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
-        carry = jax.jit(lambda h, o: init_env_carry(env, self.options, h, o))(env.handle, env.reset())
-
-        def act(params, version, random, key, env_step):
-            nonlocal carry
-            begin = time.perf_counter()
-            carry, rows, finished = program(carry, params, key, jnp.int32(env_step), random)
-            jax.block_until_ready(rows)
-            self.clock.interval("env", begin, time.perf_counter())
-            return rows, -1 if random else version, finished
-
-        return act
-
-    def _async_mode_acting(self, index: int):
-        """Acting on EnvPool's async-mode batches from the host, rows staged per env stream."""
-        actor = self.actors[index]
-
-        def act(params, version, random, key, env_step):
-            begin = time.perf_counter()
-            params = jax.block_until_ready(transfer(params, actor.device))
-            self.clock.interval("transfer", begin, time.perf_counter())
-            staged = actor.act_chunk(params, version, random, key, env_step, self.clock)
-            return staged.rows, staged.version, staged.finished
-
-        return act
-
     # -- learner ---------------------------------------------------------------------------
-    def init(self, key: jax.Array, handle: Any, first_obs: Any, resume: tuple | None = None):
-        """`resume`: (put the checkpointed state into a fresh one, the saved `counters()`, whether the
-        checkpoint holds the replay buffer); a restored buffer needs no warm-up."""
+    def init(self, key: jax.Array, restored: Any | None = None) -> None:
+        """Initialise the learner (or put back `restored`: a buffer restored with it needs no
+        warm-up) and start the actor threads."""
+        env = self.ctx.env
         with jax.default_device(self.device):
-            state = jax.jit(self.pieces.init)(key, handle, first_obs)
+            state = jax.jit(self.pieces.init)(key, env.handle, env.reset())
         streams = self.chunk // self.plan.rollout_length * self.num_actors
         example = jax.tree.map(lambda x: jax.ShapeDtypeStruct((streams, *x.shape[2:]), x.dtype), state.replay.rows)
         rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
-        replay = init_replay(rows, example)
-        self.state = jax.device_put(state._replace(replay=replay), self.device)
+        self.state = jax.device_put(state._replace(replay=init_replay(rows, example)), self.device)
         warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
-        if resume is not None:
-            put, counters, has_replay = resume
-            self.state = put(self.state)
-            self.version = counters["version"]
-            for name in ("accepted", "consumed", "dropped"):
-                setattr(self.controller, name, counters[name])
-            self.controller.started = [(counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)] * self.num_actors
-            warmup_chunks = 0 if has_replay else warmup_chunks
+        if restored is not None:
+            self.state = self.state._replace(**restored.into(self.snapshot().state))
+            self._restore_counters(restored.meta["schedule"])
+            warmup_chunks = 0 if self.ctx.config.checkpoint_replay else warmup_chunks
         # a copy, like every version published: the first update donates the learner's own buffers
         self.store = ParameterStore(transfer(self.algo.acting_params(self.state.actor, self.state.critic),
                                              self.device, may_alias=False))
@@ -268,8 +260,20 @@ class AsyncLoop:
             thread.start()
             self.threads.append(thread)
         self.warmup_samples = warmup_chunks * self.num_actors * self.chunk
-        return self.state
 
+    def _restore_counters(self, counters: dict[str, int]) -> None:
+        self.version = counters["version"]
+        for name in ("accepted", "consumed", "dropped"):
+            setattr(self.controller, name, counters[name])
+        blocks = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
+        self.controller.started = [blocks] * self.num_actors
+
+    def start(self, restored: Any | None) -> float:
+        begin = time.perf_counter()
+        self.init(jax.random.key(self.seed), restored)
+        self.warmup()  # actors fill the buffer with random actions (and compile their programs)
+        self.run(1)  # compiles the learner's program; counts as the first iteration (plan.warm_iterations)
+        return time.perf_counter() - begin
     def _drain(self, block: bool) -> None:
         """Move arrived chunks into the buffer, a block (one chunk per actor) at a time."""
         while True:
@@ -322,32 +326,36 @@ class AsyncLoop:
                     break
                 self._drain(block=True)
             self.controller.learner_wait_s += time.perf_counter() - start
-            state = self.state
-            key, update_key = jax.random.split(state.key)
-            keys = jax.random.split(update_key, self.plan.updates_per_iteration)
-            dispatched = time.perf_counter()
-            actor, critic, metrics = self._updates(state.actor, state.critic, state.replay, keys, state.updates)
-            self.clock.watch("update", dispatched, metrics)
-            self.version += 1
-            self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
-                                        updates=state.updates + self.plan.updates_per_iteration)
-            # a copy: the next updates donate (overwrite) the learner's buffers while actors read these
-            self.store.publish(transfer(self.algo.acting_params(actor, critic), self.device, may_alias=False),
-                               self.version)
+            collected.append(self._learn())
             self.controller.note(consumed=need)
-            collected.append(metrics)
-            if self.on_eval is not None and self.eval_every and self.version % self.eval_every == 0:
-                self.on_eval(self.eval_payload(), self.version)
+            self.requests.from_host(self.version, self.eval_payload)
         metrics = mean_metrics(collected)
         metrics.update(self.stats())
         metrics.update(self.clock.summary())
         episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()
-        return metrics, episodes
+        return CallResult(metrics, episodes)
 
-    def counters(self) -> dict[str, int]:
-        """What a checkpoint keeps of the schedule: the parameter version and the controller's counts."""
+    def _learn(self) -> dict:
+        """One learner iteration, dispatched; its parameters are published as a new version."""
+        state = self.state
+        key, update_key = jax.random.split(state.key)
+        keys = jax.random.split(update_key, self.plan.updates_per_iteration)
+        dispatched = time.perf_counter()
+        actor, critic, metrics = self._updates(state.actor, state.critic, state.replay, keys, state.updates)
+        self.clock.watch("update", dispatched, metrics)
+        self.version += 1
+        self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
+                                    updates=state.updates + self.plan.updates_per_iteration)
+        # a copy: the next updates donate (overwrite) the learner's buffers while actors read these
+        self.store.publish(transfer(self.algo.acting_params(actor, critic), self.device, may_alias=False), self.version)
+        return metrics
+
+    def snapshot(self) -> Snapshot:
+        """The learner's state, and the parameter version and the controller's counts."""
         ctrl = self.controller
-        return {"version": self.version, "accepted": ctrl.accepted, "consumed": ctrl.consumed, "dropped": ctrl.dropped}
+        return Snapshot({name: getattr(self.state, name) for name in self.fields},
+                        {"version": self.version, "accepted": ctrl.accepted, "consumed": ctrl.consumed,
+                         "dropped": ctrl.dropped})
 
     def stats(self) -> dict[str, float]:
         ctrl = self.controller
@@ -363,8 +371,20 @@ class AsyncLoop:
         }
 
     def eval_payload(self) -> EvalPayload:
-        return jax.device_get(EvalPayload(self.algo.acting_params(self.state.actor, self.state.critic),
-                                          self.state.env.obs_moments))
+        return eval_payload(self.algo.acting_params(self.state.actor, self.state.critic), self.state.env)
+
+    def describe(self) -> dict[str, Any]:
+        placement = self.ctx.placement.describe() | {"actors": self.num_actors}
+        if self.async_mode:
+            placement["acting"] = describe(self.ctx.placement.host)
+        return placement
+
+    def summary(self, train_s: float) -> dict[str, Any]:
+        ctrl, seconds = self.controller, max(train_s, 1e-9)
+        return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | {
+            "production_sps": (ctrl.accepted + ctrl.dropped) / seconds,  # after the warm-up
+            "consumption_frames_per_s": ctrl.consumed / seconds,
+        }
 
     def close(self, timeout: float = 30.0) -> None:
         self.stop.set()

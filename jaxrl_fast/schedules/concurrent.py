@@ -21,10 +21,11 @@ from typing import Any, NamedTuple
 import jax
 
 from jaxrl_fast import phases
-from jaxrl_fast.data import Algorithm, Rollout
-from jaxrl_fast.env import XlaEnv, add_stats
+from jaxrl_fast.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_collect, observe
+from jaxrl_fast.data import Rollout
+from jaxrl_fast.env import EpisodeStats
 from jaxrl_fast.placement import transfer
-from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, observe
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, Snapshot, total_episodes
 from jaxrl_fast.schedules.offpolicy import mean_metrics
 from jaxrl_fast.schedules.timing import PhaseClock
 
@@ -37,19 +38,16 @@ class ConcurrentState(NamedTuple):
     iteration: int  # host counter
 
 
-def learner_device(acting: jax.Device) -> jax.Device:
-    """A device of its own for the learner when there is one, else the acting device."""
-    others = [d for d in jax.devices() if d != acting]
-    return others[-1] if others else acting
+class OnPolicyConcurrent:
+    """On-policy `concurrent`: the learner program on `placement.learner`, the rollout program on
+    `placement.acting`, dispatched together every iteration."""
 
-
-class ConcurrentLoop:
-    def __init__(self, algo: Algorithm, env: XlaEnv, options: EnvOptions, acting: jax.Device, clock: PhaseClock | None,
-                 on_eval=None, eval_every_iterations: int = 0):
-        self.algo, self.env, self.options = algo, env, options
-        self.acting, self.learner = acting, learner_device(acting)
-        self.clock, self.on_eval, self.eval_every = clock, on_eval, eval_every_iterations
-        collect = make_collect(env, options, algo.rollout_length)
+    def __init__(self, ctx: Context):
+        self.ctx, algo, options = ctx, ctx.algo, ctx.options
+        self.acting, self.learner = ctx.placement.acting, ctx.placement.learner
+        self.clock = PhaseClock()
+        self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
+        collect = make_collect(ctx.env, options, algo.rollout_length)
 
         def collect_program(env_carry: EnvCarry, algo_state: Any, key: jax.Array):
             env_carry, transitions, finished = collect(env_carry, lambda obs, k: algo.act(algo_state, obs, k), key)
@@ -57,42 +55,66 @@ class ConcurrentLoop:
 
         self._collect = jax.jit(collect_program, donate_argnums=0)
         self._update = jax.jit(jax.named_scope(phases.UPDATE)(algo.update))
-        self.steps_per_iteration = env.spec.num_envs * algo.rollout_length
 
-    def init(self, key: jax.Array, handle: Any, first_obs: Any) -> ConcurrentState:
+    def init(self, key: jax.Array) -> ConcurrentState:
+        algo, env, options = self.ctx.algo, self.ctx.env, self.ctx.options
         algo_key, loop_key, first_key = jax.random.split(key, 3)
         with jax.default_device(self.acting):
-            algo_state = jax.jit(self.algo.init)(algo_key)
-            env_carry = jax.jit(lambda h, o: init_env_carry(self.env, self.options, h, o))(handle, first_obs)
+            algo_state = jax.jit(algo.init)(algo_key)
+            env_carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
         env_carry, rollout, _ = self._collect(env_carry, algo_state, first_key)  # R_0 with theta_0
         return ConcurrentState(jax.device_put(algo_state, self.learner), env_carry,
                                jax.device_put(rollout, self.learner), loop_key, 0)
 
-    def run(self, state: ConcurrentState, n: int):
-        collected, total = [], None
-        for _ in range(n):
-            key, collect_key, update_key = jax.random.split(state.key, 3)
-            behaviour = transfer(state.algo, self.acting)  # theta_k acts for R_{k+1}
-            # The learner program is dispatched first: it returns at once and runs on its device while
-            # the EnvPool program (synchronous on the CPU) steps the environments.
-            dispatched = time.perf_counter()
-            algo_state, metrics = self._update(state.algo, state.pending, update_key)  # learns on R_k
-            if self.clock is not None:
-                self.clock.watch("update", dispatched, metrics)
-            start = time.perf_counter()
-            env_carry, rollout, finished = self._collect(state.env, behaviour, collect_key)
-            if self.clock is not None:
-                jax.block_until_ready(rollout)
-                self.clock.interval("env", start, time.perf_counter())
-            state = ConcurrentState(algo_state, env_carry, transfer(rollout, self.learner), key, state.iteration + 1)
-            collected.append(metrics)
-            total = finished if total is None else add_stats(total, finished)
-            if self.on_eval is not None and self.eval_every and state.iteration % self.eval_every == 0:
-                self.on_eval(self.eval_payload(state), state.iteration)
-        metrics = mean_metrics(collected)
-        if self.clock is not None:
-            metrics.update(self.clock.summary())
-        return state, metrics, jax.device_get(total)
+    def start(self, restored: Any | None) -> float:
+        begin = time.perf_counter()
+        self.state = self.init(jax.random.key(self.ctx.config.seed))
+        if restored is not None:
+            saved = restored.into(self.snapshot().state)
+            env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+            self.state = self.state._replace(algo=saved["algo"], pending=saved["pending"], key=saved["key"],
+                                             env=env_carry, iteration=restored.meta["schedule"]["iteration"])
+        self.run(1)  # compiles both programs; counts as an iteration (plan.warm_iterations)
+        return time.perf_counter() - begin
 
-    def eval_payload(self, state: ConcurrentState) -> EvalPayload:
-        return jax.device_get(EvalPayload(self.algo.policy_params(state.algo), state.env.obs_moments))
+    def iterate(self, state: ConcurrentState) -> tuple[ConcurrentState, dict, EpisodeStats]:
+        """One iteration: learn on R_k on the learner device while R_{k+1} is collected with theta_k."""
+        key, collect_key, update_key = jax.random.split(state.key, 3)
+        behaviour = transfer(state.algo, self.acting)  # theta_k acts for R_{k+1}
+        # The learner program is dispatched first: it returns at once and runs on its device while
+        # the EnvPool program (synchronous on the CPU) steps the environments.
+        dispatched = time.perf_counter()
+        algo_state, metrics = self._update(state.algo, state.pending, update_key)  # learns on R_k
+        self.clock.watch("update", dispatched, metrics)
+        env_carry, rollout, finished = self.clock.timed("env", self._collect, state.env, behaviour, collect_key)
+        state = ConcurrentState(algo_state, env_carry, transfer(rollout, self.learner), key, state.iteration + 1)
+        return state, metrics, finished
+
+    def run(self, n: int) -> CallResult:
+        collected, finished = [], []
+        for _ in range(n):
+            self.state, metrics, episodes = self.iterate(self.state)
+            collected.append(metrics)
+            finished.append(episodes)
+            self.requests.from_host(self.state.iteration, self.eval_payload)
+        metrics = mean_metrics(collected)
+        metrics.update(self.clock.summary())
+        return CallResult(metrics, total_episodes(finished))
+
+    def snapshot(self) -> Snapshot:
+        state = self.state
+        return Snapshot({"algo": state.algo, "pending": state.pending, "key": state.key,
+                         "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale},
+                        {"iteration": state.iteration})
+
+    def eval_payload(self) -> EvalPayload:
+        return eval_payload(self.ctx.algo.policy_params(self.state.algo), self.state.env)
+
+    def describe(self) -> dict[str, Any]:
+        return self.ctx.placement.describe()
+
+    def summary(self, train_s: float) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass

@@ -7,19 +7,19 @@ EnvPool's XLA step runs inside `lax.scan`, so a call of `run` performs many whol
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-from jax.experimental import io_callback
 
 from jaxrl_fast import phases
+from jaxrl_fast.acting import EnvCarry, EnvOptions, EvalPayload, eval_payload, init_env_carry, make_collect, observe
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import EpisodeStats, XlaEnv
-from jaxrl_fast.schedules.acting import EnvCarry, EnvOptions, EvalPayload, init_env_carry, make_collect, observe, scan_iterations
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, Snapshot, scan_iterations
 
-__all__ = ["EnvOptions", "EvalPayload", "LoopState", "SyncLoop", "make_sync_loop", "observe"]
+__all__ = ["LoopState", "OnPolicySync", "SyncLoop", "make_sync_loop"]
 
 
 class LoopState(NamedTuple):
@@ -62,6 +62,7 @@ def make_sync_loop(
     iterations (0 disables it).
     """
     collect = make_collect(env, options, algo.rollout_length)
+    requests = EvalRequests(on_eval, eval_every_iterations)
 
     def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> LoopState:
         algo_key, loop_key = jax.random.split(key)
@@ -78,13 +79,7 @@ def make_sync_loop(
         with jax.named_scope(phases.UPDATE):
             algo_state, metrics = algo.update(state.algo, Rollout(transitions, last_obs), update_key)
         state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
-        if on_eval is not None and eval_every_iterations > 0:
-            payload = EvalPayload(algo.policy_params(algo_state), state.env.obs_moments)
-            lax.cond(
-                state.iteration % eval_every_iterations == 0,
-                lambda: io_callback(on_eval, None, payload, state.iteration, ordered=False),
-                lambda: None,
-            )
+        requests.from_program(state.iteration, EvalPayload(algo.policy_params(algo_state), state.env.obs_moments))
         return state, metrics, finished
 
     def run(state: LoopState, num_iterations: jax.Array) -> tuple[LoopState, CallMetrics]:
@@ -98,3 +93,47 @@ def make_sync_loop(
         steps_per_iteration=env.spec.num_envs * algo.rollout_length,
         iterations_per_call=iterations_per_call,
     )
+
+
+class OnPolicySync:
+    """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call,
+                                   ctx.plan.eval_every_iterations, ctx.on_eval)
+
+    def start(self, restored: Any | None) -> float:
+        env = self.ctx.env
+        with jax.default_device(self.ctx.placement.acting):
+            self.state = jax.jit(self.loop.init)(jax.random.key(self.ctx.config.seed), env.handle, env.reset())
+            if restored is not None:
+                saved = restored.into(self.snapshot().state)
+                env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+                self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
+                                                 env=env_carry)
+            begin = time.perf_counter()
+            self._run = self.loop.run.lower(self.state, jnp.int32(0)).compile()  # before the clock starts
+            return time.perf_counter() - begin
+
+    def run(self, n: int) -> CallResult:
+        self.state, metrics = self._run(self.state, jnp.int32(n))
+        metrics = jax.device_get(metrics)
+        return CallResult(metrics.train, metrics.episodes)
+
+    def snapshot(self) -> Snapshot:
+        state = self.state
+        return Snapshot({"algo": state.algo, "key": state.key, "iteration": state.iteration,
+                         "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}, {})
+
+    def eval_payload(self) -> EvalPayload:
+        return eval_payload(self.ctx.algo.policy_params(self.state.algo), self.state.env)
+
+    def describe(self) -> dict[str, Any]:
+        return self.ctx.placement.describe()
+
+    def summary(self, train_s: float) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass

@@ -33,6 +33,14 @@ class PhaseClock:
             self._intervals[name].append((start, end))
             self._last_end[name] = end
 
+    def timed(self, name: str, program: Any, *args: Any) -> Any:
+        """Call `program(*args)`, wait for its outputs and record the interval: a phase that runs
+        when it is called (EnvPool's program on the CPU), timed on the caller's thread."""
+        begin = time.perf_counter()
+        outputs = jax.block_until_ready(program(*args))
+        self.interval(name, begin, time.perf_counter())
+        return outputs
+
     def watch(self, name: str, dispatched: float, outputs: Any) -> None:
         """Record when `outputs` are ready, from a thread, without blocking the caller."""
         previous = self._pending.get(name)

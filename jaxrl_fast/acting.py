@@ -1,7 +1,8 @@
-"""Acting: a policy steps the EnvPool batch inside jit. Shared by every schedule.
+"""The env side of every schedule: a policy steps the EnvPool batch inside jit.
 
 The carry holds what the environment side owns: EnvPool's handle, the latest observations, the
 episode bookkeeping, and the observation/reward statistics (run state, checkpointed with it).
+`EvalPayload` is what leaves the learner for evaluation: the policy and those statistics.
 """
 
 from __future__ import annotations
@@ -32,11 +33,22 @@ class EnvOptions(NamedTuple):
     gamma: float  # discount of the return whose std scales rewards
 
 
+def env_options(config: Any) -> EnvOptions:
+    """The adapter's options of a run (`TrainConfig`); the algorithm's discount scales rewards."""
+    hyper = getattr(config, config.algo)
+    return EnvOptions(config.normalize_observations, config.scale_rewards, getattr(hyper, "gamma", 0.99))
+
+
 class EvalPayload(NamedTuple):
     """What the evaluator needs to act like the learner's policy."""
 
     policy: Any
     obs_moments: RunningMoments
+
+
+def eval_payload(policy: Any, carry: EnvCarry) -> EvalPayload:
+    """The payload for the evaluator, fetched to the host: it must not hold buffers the learner donates."""
+    return jax.device_get(EvalPayload(policy, carry.obs_moments))
 
 
 class EnvCarry(NamedTuple):
@@ -91,26 +103,3 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int):
         return carry, transitions, jax.tree.map(lambda x: x.sum(0), finished)
 
     return collect
-
-
-def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations_per_call: int):
-    """Run `iteration(state) -> (state, metrics, finished)` min(num_iterations, iterations_per_call) times.
-
-    The count is a traced value, so a run's last, shorter call reuses the same compiled program.
-    A loop with a dynamic trip count rather than a scan whose steps `cond` on the count: XLA copies
-    the operands of a `cond`, which for an off-policy state is the whole replay buffer, every
-    iteration. Returns (state, mean metrics over the iterations run, summed episode stats).
-    """
-    from jaxrl_fast.env import add_stats, init_episode_stats
-
-    metric_shapes = jax.eval_shape(lambda s: iteration(s)[1], state)
-    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metric_shapes)
-
-    def body(_, carry):
-        state, sums, stats = carry
-        state, metrics, finished = iteration(state)
-        return state, jax.tree.map(jnp.add, sums, metrics), add_stats(stats, finished)
-
-    count = jnp.clip(num_iterations, 0, iterations_per_call)
-    state, sums, stats = lax.fori_loop(0, count, body, (state, zeros, init_episode_stats()))
-    return state, jax.tree.map(lambda x: x / jnp.maximum(count, 1), sums), stats
