@@ -142,7 +142,10 @@ def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Res
     if resume:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
-        return run_dir, checkpointer, checkpointer.restore()
+        restored = checkpointer.restore()
+        # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it)
+        truncate_metrics(run_dir / "metrics.jsonl", restored.step)
+        return run_dir, checkpointer, restored
     run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
 
@@ -150,8 +153,7 @@ def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Res
 def record_config(run: Run, calibration: Any) -> None:
     """config.json: the resolved configuration (a resumed run appends what changed)."""
     config, run_dir, restored = run.config, run.run_dir, run.restored
-    if restored is not None:  # the log continues from the checkpoint: lines written after it are dropped
-        truncate_metrics(run_dir / "metrics.jsonl", restored.step)
+    if restored is not None:
         saved = json.loads((run_dir / "config.json").read_text())
         saved["train_config"] = to_dict(config)  # a longer --total-steps holds for the next resume too
         saved.setdefault("resumed", []).append({"from_step": restored.step, "total_steps": config.total_steps})
