@@ -338,6 +338,13 @@ def open_env(setup: Setup, num_envs: int, num_threads: int) -> XlaEnv:
     return env
 
 
+def env_carry_on(setup: Setup, env: XlaEnv, device: jax.Device) -> Any:
+    """A fresh env carry committed to `device`, like every other input of a timed program: a mix of
+    committed and uncommitted inputs compiles again when the first outputs come back, mid-timing."""
+    carry = jax.jit(lambda h, o: init_env_carry(env, setup.options, h, o))(env.handle, env.reset())
+    return jax.device_put(carry, device)
+
+
 def measure_envpool(setup: Setup, num_envs: int, num_threads: int, batch_size: int) -> list[Row]:
     """EnvPool alone, its Python API stepping random actions."""
     sps = envpool_sps(setup.config.env, setup.spec, num_envs, num_threads, batch_size)
@@ -355,8 +362,7 @@ def measure_rollout(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
         carry, transitions, _ = collect(carry, lambda obs, k: algo.act(state, obs, k), key)
         return carry, transitions
 
-    # every input committed to the device: a mix would compile again when the first output comes back
-    carry = jax.device_put(jax.jit(lambda h, o: init_env_carry(env, setup.options, h, o))(env.handle, env.reset()), device)
+    carry = env_carry_on(setup, env, device)
     program, state = jax.jit(rollout, donate_argnums=0), jax.device_put(setup.state, device)
     seconds, _ = timed_calls(lambda c: program(c, state, jax.random.key(1))[0], carry)
     return [dict(num_envs=num_envs, num_threads=num_threads, rollout_sps=length * num_envs / seconds)]
@@ -391,7 +397,7 @@ def measure_off_policy_acting(setup: Setup, num_envs: int, num_threads: int) -> 
     env, device = open_env(setup, num_envs, num_threads), setup.placement.acting
     plan = off_policy_plan(algo_config(setup.config), num_envs)._replace(rollout_length=8, replay_rows=2)
     pieces = make_pieces(setup.algo, env, setup.options, plan)
-    carry = jax.device_put(jax.jit(lambda h, o: init_env_carry(env, setup.options, h, o))(env.handle, env.reset()), device)
+    carry = env_carry_on(setup, env, device)
     params = jax.device_put(setup.algo.acting_params(*setup.state), device)  # committed, like the carry
     act = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
     seconds, _ = timed_calls(lambda c: act(c, params, jax.random.key(1), jnp.int32(0), False)[0], carry)
@@ -440,9 +446,10 @@ def measure_off_policy_update(setup: Setup, batch_size: int, device: jax.Device)
                  update_s=seconds / UPDATES, update_frames_per_s=batch_size * UPDATES / seconds)]
 
 
-def learner_devices(placement: Placement) -> list[jax.Device]:
-    """Where off-policy updates run: split, each role's devices (the slower sets the pace); else the learner's."""
-    if placement.mode == "split":
+def learner_devices(placement: Placement, schedule: str) -> list[jax.Device]:
+    """Where off-policy updates run: split (sync, concurrent), each role's devices, the slower setting
+    the pace; otherwise the learner's (the async learner updates both roles there)."""
+    if placement.mode == "split" and schedule != "async":
         return list(dict.fromkeys([*placement.actor, *placement.critic]))
     return [placement.learner]
 
@@ -490,7 +497,7 @@ def measure(config: TrainConfig, budget: Budget) -> tuple[dict[str, list[Row]], 
         threads = best_threads(rows["envpool"])
         plan = async_envpool_plan(threads) + (
             on_policy_plan(config, threads) if family(config) == "on_policy"
-            else off_policy_plan_of_measurements(config, threads, learner_devices(setup.placement)))
+            else off_policy_plan_of_measurements(config, threads, learner_devices(setup.placement, config.schedule)))
         more, more_skipped = run_measurements(plan, measures, budget)
     finally:
         for env in setup.opened:

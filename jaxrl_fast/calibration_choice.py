@@ -41,8 +41,9 @@ def best_threads(envpool: list[Row]) -> dict[int, int]:
     """num_envs -> the EnvPool thread count that stepped fastest (synchronous rows only)."""
     best: dict[int, Row] = {}
     for row in envpool:
-        if row["batch_size"] == row["num_envs"] and row["env_sps"] > best.get(row["num_envs"], {"env_sps": -1})["env_sps"]:
-            best[row["num_envs"]] = row
+        n = row["num_envs"]
+        if row["batch_size"] == n and (n not in best or row["env_sps"] > best[n]["env_sps"]):
+            best[n] = row
     return {n: row["num_threads"] for n, row in sorted(best.items())}
 
 
@@ -87,8 +88,8 @@ def choose_on_policy(acting: list[Row], learning: list[Row], schedule: str, roll
     choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["num_envs"],
                   minibatch_size=pick["minibatch_size"])
     reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted "
-              f"{best:,.0f} trained steps/s ({schedule}); rollout length {rollout_length} and "
-              f"{num_minibatches} minibatches kept, and the update's epochs; "
+              f"{best:,.0f} trained steps/s ({schedule}); rollout length {rollout_length}, minibatch count "
+              f"{num_minibatches} and the update's epochs kept; "
               "env batch = num_envs (only the off-policy async actors use EnvPool's async mode)")
     return choice, reason, candidates
 
