@@ -178,9 +178,9 @@ class Budget:
     def used(self) -> float:
         return time.perf_counter() - self.start
 
-    def allows(self, kind: str, before: float = 1.0) -> bool:
-        """A `kind` measurement fits in what is left, and less than `before` of the budget is used."""
-        return self.used + self.cost[kind] <= self.seconds and self.used < before * self.seconds
+    def allows(self, kinds: Sequence[str], before: float = 1.0) -> bool:
+        """One measurement of each of `kinds` fits in what is left, and less than `before` of the budget is used."""
+        return self.used + sum(self.cost[k] for k in kinds) <= self.seconds and self.used < before * self.seconds
 
     def record(self, kind: str, seconds: float) -> None:
         self.cost[kind] = COST_FACTOR * seconds
@@ -193,6 +193,7 @@ class Measurement(NamedTuple):
     args: dict[str, Any]
     essential: bool = False  # the choice needs it (the preset's sizes): measured whatever the budget
     before: float = 1.0  # optional ones start only while less than this share of the budget is used
+    then: tuple[str, ...] = ()  # kinds that follow at the same size: no use without this one, nor it without them
 
     def label(self) -> str:
         values = (describe(v) if isinstance(v, jax.Device) else v for v in self.args.values())
@@ -202,13 +203,16 @@ class Measurement(NamedTuple):
 def run_measurements(plan: Sequence[Measurement], measures: Mapping[str, Callable[..., list[Row]]],
                      budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
     """Every measurement of `plan` in order: the essential ones always, the others while the budget
-    allows. Returns the rows by kind and what the budget left out."""
+    allows them and the `then` kinds that follow (skipped with them). Returns the rows by kind and
+    what the budget left out."""
     rows: dict[str, list[Row]] = {kind: [] for kind in measures}
-    skipped = []
+    skipped, follows_skipped = [], set()
     for m in plan:
-        if not m.essential and not budget.allows(m.kind, m.before):
+        if not m.essential and (m.kind in follows_skipped or not budget.allows((m.kind, *m.then), m.before)):
             skipped.append(f"{m.label()} (budget)")
+            follows_skipped = set(m.then)
             continue
+        follows_skipped = set()
         begin = time.perf_counter()
         rows[m.kind].extend(measures[m.kind](**m.args))
         budget.record(m.kind, time.perf_counter() - begin)
@@ -248,11 +252,12 @@ def async_envpool_plan(threads: dict[int, int]) -> list[Measurement]:
 
 
 def on_policy_plan(config: TrainConfig, threads: dict[int, int]) -> list[Measurement]:
-    """A rollout and an update per num_envs, the preset's first (essential), then outwards."""
+    """A rollout and an update per num_envs, the preset's first (essential), then outwards; a rollout
+    starts only if its update fits too (a candidate needs both)."""
     plan = []
     for n in measuring_order(threads, config.num_envs):
         preset = n == config.num_envs
-        plan += [Measurement("acting", dict(num_envs=n, num_threads=threads[n]), preset),
+        plan += [Measurement("acting", dict(num_envs=n, num_threads=threads[n]), preset, then=("update",)),
                  Measurement("update", dict(num_envs=n), preset)]
     return plan
 

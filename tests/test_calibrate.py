@@ -179,3 +179,14 @@ def test_the_plans_state_the_presets_sizes_as_essential():
     assert {m.args["batch_size"] for m in plan if m.kind == "update"} == {batch, 2 * batch, 4 * batch}
     assert all(not m.essential for m in calibration.envpool_plan(sac, [4, 16]))
     assert {m.args["num_envs"] for m in calibration.envpool_plan(sac, [4, 8, 16]) if m.essential} == {8}
+
+
+def test_a_rollout_starts_only_when_its_update_fits_too():
+    def fake(**args):
+        return [dict(args)]
+
+    budget = calibration.Budget(5.0)
+    budget.cost.update(acting=2.0, update=4.0)  # each fits alone, not both
+    plan = [Measurement("acting", dict(num_envs=16), then=("update",)), Measurement("update", dict(num_envs=16))]
+    rows, skipped = calibration.run_measurements(plan, {"acting": fake, "update": fake}, budget)
+    assert rows == {"acting": [], "update": []} and len(skipped) == 2
