@@ -77,6 +77,8 @@ MEASURE_S = 0.1  # wall time per EnvPool measurement
 
 @dataclasses.dataclass
 class Calibration:
+    """One pass: the rows measured, the candidates and the choice (the JSON of the cache)."""
+
     env: str
     algo: str
     schedule: str
@@ -84,8 +86,8 @@ class Calibration:
     elapsed_s: float
     machine: dict[str, Any]
     envpool: list[dict[str, Any]]  # num_envs, num_threads, batch_size, env_sps
-    acting: list[dict[str, Any]]  # num_envs, num_threads, rollout_sps, inference_us_per_step
-    learning: list[dict[str, Any]]  # size, device, update_s, update_frames_per_s
+    acting: list[dict[str, Any]]  # num_envs, num_threads, rollout_sps, inference_us_per_step | env_batch
+    learning: list[dict[str, Any]]  # size, device, update_s, update_frames_per_s, num_envs | batch_size
     candidates: list[dict[str, Any]]  # predicted trained steps/s per choice
     choice: dict[str, Any]  # num_envs, num_threads, env_batch_size, (batch_size, utd_ratio) | (minibatch_size)
     reason: str
