@@ -3,22 +3,29 @@
     python -m jaxrl_fast.calibrate --env HalfCheetah-v4 --algo sac      # measure, print, cache
     python -m jaxrl_fast.train --env HalfCheetah-v4 --algo sac --calibrate
 
-Within a time budget it measures:
-  * EnvPool alone (its Python API, random actions), steps/s over a grid of `num_envs`, EnvPool
-    thread counts and, in EnvPool's async mode, env batch sizes (`batch_size < num_envs`);
-  * acting: the jitted rollout program (EnvPool's XLA step + policy inference) per `num_envs`,
-    at the best thread count; inference time = rollout time - env time; for the `async`
-    schedule also the actors' host loop over EnvPool's async mode at env batches num_envs/2 and
-    /4, taken instead of the XLA step when it acts 10% faster;
-  * learning: the jitted update program, per `num_envs` for PPO (its batch is num_envs x
-    num_steps), per update batch size for the off-policy algorithms, on each learner device.
-From these it predicts trained env steps per second for every candidate under the run's schedule
-(`sync`: acting and learning add up; `concurrent`/`async`: they overlap, the slower one sets the
-pace) while holding the algorithm's ratios: PPO keeps its rollout length, minibatch count and
-epochs; the off-policy algorithms keep samples consumed per sample produced (utd_ratio x
-batch_size), so a larger update batch comes with proportionally fewer updates. Among candidates
-within 5% of the best it picks the smallest (fewer envs and smaller batches change learning
-least), and an update batch larger than the preset's only when it is 25% faster.
+Measuring and choosing are separate. This module measures: each measuring function times one
+kind of program on the device `jaxrl_fast.placement.resolve` gives it and returns plain rows:
+  * `envpool`: EnvPool alone (its Python API, random actions), steps/s over a grid of `num_envs`
+    (those the algorithm's `validate` accepts), thread counts and, in EnvPool's async mode, env
+    batch sizes (`batch_size < num_envs`);
+  * `acting`: the jitted rollout program (EnvPool's XLA step + policy inference) per `num_envs` at
+    its best thread count, on placement's acting device; inference time = rollout time - env time;
+  * `async_mode`: for the off-policy `async` schedule, the actors' host loop over EnvPool's async
+    mode at env batches num_envs/2 and /4, the policy on placement's host device;
+  * `update`: the jitted update program: on-policy per `num_envs` (its batch is num_envs x
+    `num_steps`) on the learner device; off-policy per update batch size on each learner-role device.
+What to measure is a plan of `Measurement`s, each saying whether it is essential: the preset's
+sizes are measured whatever the budget; the others while the budget's estimate of their cost
+(their kind's last measured cost, compile included) fits in what is left.
+
+`jaxrl_fast.calibration_choice` chooses, from the rows alone (pure functions, no JAX): it predicts
+trained env steps per second for every candidate under the run's schedule (`sync`: acting and
+learning add up; `concurrent`/`async`: they overlap, the slower one sets the pace) while holding
+the algorithm's ratios: on-policy keeps its rollout length, minibatch count and epochs; off-policy
+keeps samples consumed per sample produced (utd_ratio x batch_size), so a larger update batch
+comes with proportionally fewer updates. Among candidates within 5% of the best it picks the
+smallest (fewer envs and smaller batches change learning least); an update batch larger than the
+preset's only when it is 25% faster, and EnvPool's async mode only when it acts 10% faster.
 
 The result is cached per machine, environment, algorithm and the sizes it depends on under the
 user's cache directory; `--recalibrate` measures again.
@@ -27,31 +34,51 @@ user's cache directory; `--recalibrate` measures again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import math
 import json
+import math
 import os
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.config import OFF_POLICY, TrainConfig, algo_config
+from jaxrl_fast.acting import EnvOptions, env_options, init_env_carry, make_collect
+from jaxrl_fast.algos import ALGORITHMS, make_algorithm
+from jaxrl_fast.calibration_choice import (  # noqa: F401  (the margins are part of this module's interface)
+    ASYNC_MODE_MARGIN,
+    BATCH_MARGIN,
+    FLAT_MARGIN,
+    Row,
+    best_threads,
+    choose_off_policy,
+    choose_on_policy,
+    with_inference,
+)
+from jaxrl_fast.config import TrainConfig, algo_config, family
+from jaxrl_fast.data import Rollout, Transition
+from jaxrl_fast.env import EnvSpec, XlaEnv, make_pool, make_xla_env, random_actions_np
+from jaxrl_fast.placement import Placement, describe, describe_devices, resolve
+from jaxrl_fast.plan import dispatch_steps, off_policy_plan
+from jaxrl_fast.replay import init_replay
+from jaxrl_fast.schedules.async_mode import AsyncModeActor
+from jaxrl_fast.schedules.offpolicy import make_pieces
+from jaxrl_fast.schedules.timing import PhaseClock
 
-FLAT_MARGIN = 0.05  # candidates this close to the best count as equal: the smallest wins
-BATCH_MARGIN = 1.25  # a larger update batch must be this much faster to replace the preset's
-ASYNC_MODE_MARGIN = 1.10  # EnvPool's async mode must act this much faster to replace the XLA step
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MEASURE_S = 0.1  # wall time per EnvPool measurement
 
 
 @dataclasses.dataclass
 class Calibration:
+    """One pass: the rows measured, the candidates and the choice (the JSON of the cache)."""
+
     env: str
     algo: str
     schedule: str
@@ -59,8 +86,8 @@ class Calibration:
     elapsed_s: float
     machine: dict[str, Any]
     envpool: list[dict[str, Any]]  # num_envs, num_threads, batch_size, env_sps
-    acting: list[dict[str, Any]]  # num_envs, num_threads, rollout_sps, inference_us_per_step
-    learning: list[dict[str, Any]]  # size, device, update_s, update_frames_per_s
+    acting: list[dict[str, Any]]  # num_envs, num_threads, rollout_sps, inference_us_per_step | env_batch
+    learning: list[dict[str, Any]]  # size, device, update_s, update_frames_per_s, num_envs | batch_size
     candidates: list[dict[str, Any]]  # predicted trained steps/s per choice
     choice: dict[str, Any]  # num_envs, num_threads, env_batch_size, (batch_size, utd_ratio) | (minibatch_size)
     reason: str
@@ -70,7 +97,7 @@ class Calibration:
     def apply(self, config: TrainConfig) -> TrainConfig:
         """The config with the chosen sizes."""
         changes: dict[str, Any] = {"num_envs": self.choice["num_envs"], "num_threads": self.choice["num_threads"]}
-        if config.algo in OFF_POLICY:
+        if family(config) == "off_policy":
             hyper = dataclasses.replace(algo_config(config), batch_size=self.choice["batch_size"],
                                         utd_ratio=self.choice["utd_ratio"])
             changes[config.algo] = hyper
@@ -117,7 +144,7 @@ def machine() -> dict[str, Any]:
     return {
         "host": platform.node(),
         "cpus": os.cpu_count(),
-        "devices": [f"{d.platform}:{getattr(d, 'device_kind', '')}" for d in jax.devices()],
+        "devices": describe_devices(),
         "jax": jax.__version__,
     }
 
@@ -136,31 +163,126 @@ def cache_key(config: TrainConfig) -> str:
     return f"{config.env}-{config.algo}-{config.schedule}-{digest}"
 
 
-# -- measurements ------------------------------------------------------------------------------
+# -- the budget and the plan of measurements ---------------------------------------------------
+FIRST_COST_S = {"envpool": MEASURE_S + 0.1, "acting": 2.0, "async_mode": 2.0, "update": 3.0}  # compile included
+COST_FACTOR = 1.5  # a kind's next measurement is expected to cost this times its last one (larger sizes come later)
+ASYNC_CHUNK = 8  # env steps per env of one async-mode measurement
+UPDATES = 8  # off-policy updates per timed call
+
+
 class Budget:
+    """Seconds a pass may spend, and what each kind of measurement is expected to cost next."""
+
     def __init__(self, seconds: float):
-        self.seconds, self.start = seconds, time.perf_counter()
+        self.seconds, self.start, self.cost = seconds, time.perf_counter(), dict(FIRST_COST_S)
 
     @property
     def used(self) -> float:
         return time.perf_counter() - self.start
 
-    def allows(self, estimate_s: float) -> bool:
-        return self.used + estimate_s <= self.seconds
+    def allows(self, kinds: Sequence[str], before: float = 1.0) -> bool:
+        """One measurement of each of `kinds` fits in what is left, and less than `before` of the budget is used."""
+        return self.used + sum(self.cost[k] for k in kinds) <= self.seconds and self.used < before * self.seconds
+
+    def record(self, kind: str, seconds: float) -> None:
+        self.cost[kind] = COST_FACTOR * seconds
 
 
-def random_actions_np(spec, n: int, rng: np.random.Generator) -> np.ndarray:
-    if spec.discrete:
-        return rng.integers(0, spec.num_actions, size=n)
-    return rng.uniform(spec.action_low, spec.action_high, size=(n, *spec.action_shape)).astype(np.float32)
+class Measurement(NamedTuple):
+    """One program to time: `kind` names the measuring function, `args` its keyword arguments."""
+
+    kind: str  # "envpool", "acting", "async_mode" or "update"
+    args: dict[str, Any]
+    essential: bool = False  # the choice needs it (the preset's sizes): measured whatever the budget
+    before: float = 1.0  # optional ones start only while less than this share of the budget is used
+    then: tuple[str, ...] = ()  # kinds that follow at the same size: no use without this one, nor it without them
+
+    def label(self) -> str:
+        values = (describe(v) if isinstance(v, jax.Device) else v for v in self.args.values())
+        return f"{self.kind} " + " ".join(f"{k}={v}" for k, v in zip(self.args, values))
 
 
+def run_measurements(plan: Sequence[Measurement], measures: Mapping[str, Callable[..., list[Row]]],
+                     budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
+    """Every measurement of `plan` in order: the essential ones always, the others while the budget
+    allows them and the `then` kinds that follow (skipped with them). Returns the rows by kind and
+    what the budget left out."""
+    rows: dict[str, list[Row]] = {kind: [] for kind in measures}
+    skipped, follows_skipped = [], set()
+    for m in plan:
+        if not m.essential and (m.kind in follows_skipped or not budget.allows((m.kind, *m.then), m.before)):
+            skipped.append(f"{m.label()} (budget)")
+            follows_skipped = set(m.then)
+            continue
+        follows_skipped = set()
+        begin = time.perf_counter()
+        rows[m.kind].extend(measures[m.kind](**m.args))
+        budget.record(m.kind, time.perf_counter() - begin)
+    return rows, skipped
+
+
+def measuring_order(sizes, preset: int) -> list[int]:
+    """The preset's size first, then outwards, larger before smaller: what the budget measures first."""
+    return sorted(sizes, key=lambda n: (abs(math.log2(n / preset)), -n))
+
+
+def thread_grid(num_envs: int) -> list[int]:
+    cpus = os.cpu_count() or 1
+    return sorted({min(t, num_envs) for t in (1, 2, 4, 8, 16, 32) if t <= cpus} | {min(cpus, num_envs)})
+
+
+def env_sizes(config: TrainConfig) -> list[int]:
+    """num_envs to try: powers of two up to max(64, 4x the preset's) and the preset's own, each one
+    the algorithm's `validate` accepts (PPO: the minibatches must split num_envs x num_steps)."""
+    algorithm = ALGORITHMS[config.algo]
+    grid = sorted({n for n in ENV_GRID if n <= max(64, 4 * config.num_envs)} | {config.num_envs})
+    valid = [n for n in grid if not algorithm.validate(algo_config(config), dataclasses.replace(config, num_envs=n))]
+    return valid or [config.num_envs]
+
+
+def envpool_plan(config: TrainConfig, sizes: list[int]) -> list[Measurement]:
+    """EnvPool alone over num_envs x threads; the preset's num_envs is essential."""
+    return [Measurement("envpool", dict(num_envs=n, num_threads=t, batch_size=n), essential=n == config.num_envs)
+            for n in sizes for t in thread_grid(n)]
+
+
+def async_envpool_plan(threads: dict[int, int]) -> list[Measurement]:
+    """EnvPool's async mode at env batches n/2 and n/4 of the two largest num_envs, where it can
+    matter most; in the first quarter of the budget only (acting and learning need the rest)."""
+    return [Measurement("envpool", dict(num_envs=n, num_threads=threads[n], batch_size=batch), before=0.25)
+            for n in [n for n in threads if n >= 4][-2:] for batch in (n // 2, n // 4)]
+
+
+def on_policy_plan(config: TrainConfig, threads: dict[int, int]) -> list[Measurement]:
+    """A rollout and an update per num_envs, the preset's first (essential), then outwards; a rollout
+    starts only if its update fits too (a candidate needs both)."""
+    plan = []
+    for n in measuring_order(threads, config.num_envs):
+        preset = n == config.num_envs
+        plan += [Measurement("acting", dict(num_envs=n, num_threads=threads[n]), preset, then=("update",)),
+                 Measurement("update", dict(num_envs=n), preset)]
+    return plan
+
+
+def off_policy_plan_of_measurements(config: TrainConfig, threads: dict[int, int],
+                                    devices: Sequence[jax.Device]) -> list[Measurement]:
+    """Updates at the preset's batch (essential), 2x and 4x on each learner device; then acting
+    per num_envs, the preset's first (essential), and for the `async` schedule EnvPool's async mode."""
+    batch = algo_config(config).batch_size
+    plan = [Measurement("update", dict(batch_size=size, device=d), size == batch)
+            for size in (batch, 2 * batch, 4 * batch) for d in devices]
+    for n in measuring_order(threads, config.num_envs):
+        preset = n == config.num_envs
+        plan.append(Measurement("acting", dict(num_envs=n, num_threads=threads[n]), preset))
+        if config.schedule == "async" and n >= 4:  # only the async actors can use EnvPool's async mode
+            plan.append(Measurement("async_mode", dict(num_envs=n, num_threads=threads[n]), preset))
+    return plan
+
+
+# -- measuring: each times one kind of program where placement puts it, and returns plain rows ------
 def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: int) -> float:
     """Steps/s of EnvPool alone (async send/recv, which is also the sync mode when batch == num_envs)."""
-    import envpool
-
-    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size,
-                        num_threads=num_threads, seed=0)
+    pool = make_pool(env_id, num_envs, num_threads, seed=0, batch_size=batch_size)
     rng = np.random.default_rng(0)
     pool.async_reset()
     steps, start = 0, None
@@ -171,7 +293,7 @@ def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: 
         elif time.perf_counter() - start > MEASURE_S:
             break
         ids = info["env_id"]
-        pool.send(random_actions_np(spec, len(ids), rng), ids)
+        pool.send(random_actions_np(spec, rng, len(ids)), ids)
         steps += len(ids)
     elapsed = time.perf_counter() - start
     pool.close()
@@ -190,18 +312,163 @@ def timed_calls(fn, state, min_s: float = 0.1, max_calls: int = 50) -> tuple[flo
     return (time.perf_counter() - start) / calls, state
 
 
-def _thread_grid(num_envs: int) -> list[int]:
-    cpus = os.cpu_count() or 1
-    grid = sorted({min(t, num_envs) for t in (1, 2, 4, 8, 16, 32) if t <= cpus} | {min(cpus, num_envs)})
-    return grid
+class Setup(NamedTuple):
+    """What the measuring functions of one pass share."""
+
+    config: TrainConfig
+    spec: EnvSpec  # of one env
+    placement: Placement
+    options: EnvOptions
+    algo: Any  # built once: its programs' shapes do not depend on num_envs (PPO's update is rebuilt per size)
+    state: Any  # zeros shaped like its initial state (off-policy: the (actor, critic) roles)
+    probe: XlaEnv  # a one-env XLA env, around which the off-policy update programs are built
+    opened: list  # XLA envs, closed when the pass ends: after every program that steps them has run
 
 
-def _env_grid(config: TrainConfig) -> list[int]:
-    top = max(64, 4 * config.num_envs)
-    grid = [n for n in ENV_GRID if n <= top]
-    if config.algo == "ppo":  # the batch num_envs x num_steps must split into the minibatches
-        grid = [n for n in grid if (n * config.ppo.num_steps) % config.ppo.num_minibatches == 0]
-    return grid or [config.num_envs]
+def make_setup(config: TrainConfig) -> Setup:
+    probe = make_xla_env(config.env, 1, 1, config.seed)
+    algo = sized_algorithm(config, probe.spec, config.num_envs if family(config) == "on_policy" else 1)
+    # zeros shaped like the initial state: programs cost the same whatever the numbers, and
+    # compiling the initializers (orthogonal: a QR per layer) costs seconds of the budget
+    state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(algo.init, jax.random.key(0)))
+    return Setup(config, probe.spec, resolve(config, probe.has_gpu_step), env_options(config), algo, state, probe,
+                 [probe])
+
+
+def sized_algorithm(config: TrainConfig, spec: EnvSpec, num_envs: int) -> Any:
+    return make_algorithm(dataclasses.replace(config, num_envs=num_envs), dataclasses.replace(spec, num_envs=num_envs))
+
+
+def open_env(setup: Setup, num_envs: int, num_threads: int) -> XlaEnv:
+    env = make_xla_env(setup.config.env, num_envs, num_threads, setup.config.seed)
+    setup.opened.append(env)
+    return env
+
+
+def env_carry_on(setup: Setup, env: XlaEnv, device: jax.Device) -> Any:
+    """A fresh env carry committed to `device`, like every other input of a timed program: a mix of
+    committed and uncommitted inputs compiles again when the first outputs come back, mid-timing."""
+    carry = jax.jit(lambda h, o: init_env_carry(env, setup.options, h, o))(env.handle, env.reset())
+    return jax.device_put(carry, device)
+
+
+def measure_envpool(setup: Setup, num_envs: int, num_threads: int, batch_size: int) -> list[Row]:
+    """EnvPool alone, its Python API stepping random actions."""
+    sps = envpool_sps(setup.config.env, setup.spec, num_envs, num_threads, batch_size)
+    return [dict(num_envs=num_envs, num_threads=num_threads, batch_size=batch_size, env_sps=sps)]
+
+
+def measure_rollout(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
+    """On-policy acting: the jitted rollout of `num_steps` per env (policy + EnvPool's XLA step)
+    on placement's acting device."""
+    length, device = algo_config(setup.config).num_steps, setup.placement.acting
+    env = open_env(setup, num_envs, num_threads)
+    algo, collect = sized_algorithm(setup.config, setup.spec, num_envs), make_collect(env, setup.options, length)
+
+    def rollout(carry, state, key):  # the transitions are outputs: all of the policy is computed
+        carry, transitions, _ = collect(carry, lambda obs, k: algo.act(state, obs, k), key)
+        return carry, transitions
+
+    carry = env_carry_on(setup, env, device)
+    program, state = jax.jit(rollout, donate_argnums=0), jax.device_put(setup.state, device)
+    seconds, _ = timed_calls(lambda c: program(c, state, jax.random.key(1))[0], carry)
+    return [dict(num_envs=num_envs, num_threads=num_threads, rollout_sps=length * num_envs / seconds)]
+
+
+def zeros_rollout(algo: Any, state: Any, spec: EnvSpec, num_envs: int, length: int) -> Rollout:
+    """A rollout `[length, num_envs, ...]` of zeros shaped like the algorithm's: an update costs the
+    same whatever the numbers."""
+    obs = jnp.zeros((num_envs, *spec.obs_shape), jnp.float32)
+    act = jax.eval_shape(algo.act, state, obs, jax.random.key(0))
+    stack = lambda x: jnp.zeros((length, *x.shape), x.dtype)  # noqa: E731
+    flags = jnp.zeros((length, num_envs), bool)
+    transitions = Transition(stack(obs), stack(act.action), jnp.zeros((length, num_envs), jnp.float32), flags, flags,
+                             ~flags, jax.tree.map(stack, act.extras))
+    return Rollout(transitions, obs)
+
+
+def measure_on_policy_update(setup: Setup, num_envs: int) -> list[Row]:
+    """The jitted on-policy update of a num_envs x num_steps batch, on placement's learner device."""
+    length, device = algo_config(setup.config).num_steps, setup.placement.learner
+    algo = sized_algorithm(setup.config, setup.spec, num_envs)
+    batch = jax.device_put(zeros_rollout(algo, setup.state, setup.spec, num_envs, length), device)
+    program, state = jax.jit(algo.update), jax.device_put(setup.state, device)
+    seconds, _ = timed_calls(lambda s: program(s, batch, jax.random.key(2))[0], state, max_calls=10)
+    return [dict(num_envs=num_envs, size=f"batch {length * num_envs}", device=describe(device), update_s=seconds,
+                 update_frames_per_s=algo.update_frames_per_iteration / seconds)]
+
+
+def measure_off_policy_acting(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
+    """Off-policy acting: the jitted `act_rows` program of the sync and concurrent schedules (and the
+    async actors without EnvPool's async mode) on placement's acting device."""
+    env, device = open_env(setup, num_envs, num_threads), setup.placement.acting
+    plan = off_policy_plan(algo_config(setup.config), num_envs)._replace(rollout_length=8, replay_rows=2)
+    pieces = make_pieces(setup.algo, env, setup.options, plan)
+    carry = env_carry_on(setup, env, device)
+    params = jax.device_put(setup.algo.acting_params(*setup.state), device)  # committed, like the carry
+    act = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
+    seconds, _ = timed_calls(lambda c: act(c, params, jax.random.key(1), jnp.int32(0), False)[0], carry)
+    return [dict(num_envs=num_envs, num_threads=num_threads, rollout_sps=plan.rollout_length * num_envs / seconds)]
+
+
+def measure_async_mode(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
+    """The `async` actors' host loop over EnvPool's async mode at env batches num_envs/2 and /4,
+    the policy on placement's host device (where `recv` leaves the observations)."""
+    device = setup.placement.host
+    params = jax.device_put(setup.algo.acting_params(*setup.state), device)
+    rows = []
+    for batch in (num_envs // 2, num_envs // 4):
+        actor = AsyncModeActor(setup.algo, setup.spec, num_envs, batch, num_threads, setup.config.seed, ASYNC_CHUNK,
+                               device)
+        try:
+            act = lambda _: actor.act_chunk(params, 0, False, jax.random.key(1), 0, PhaseClock())  # noqa: E731
+            seconds, _ = timed_calls(act, None, max_calls=20)
+        finally:
+            actor.close()
+        rows.append(dict(num_envs=num_envs, num_threads=num_threads, env_batch=batch,
+                         rollout_sps=ASYNC_CHUNK * num_envs / seconds))
+    return rows
+
+
+def measure_off_policy_update(setup: Setup, batch_size: int, device: jax.Device) -> list[Row]:
+    """`UPDATES` jitted off-policy updates (critic and actor steps, replay sampling) at `batch_size`,
+    on one learner-role device."""
+    plan = off_policy_plan(algo_config(setup.config), 1)._replace(batch_size=batch_size,
+                                                                  replay_rows=max(1024, batch_size))
+    pieces = make_pieces(setup.algo, setup.probe, setup.options, plan)
+    # an empty buffer of the right shapes: sampling costs the same whatever the rows hold
+    first_obs = jax.ShapeDtypeStruct((1, *setup.spec.obs_shape), jnp.float32)
+    rows = jax.eval_shape(pieces.init, jax.random.key(0), setup.probe.handle, first_obs).replay.rows
+    replay = init_replay(plan.replay_rows, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows))
+
+    # arrays go in as arguments: closed over, they would be baked into the program as constants
+    def run(roles, replay, keys):
+        return pieces.run_updates(*roles, replay, keys, jnp.int32(0))[:2]
+
+    program = jax.jit(run, donate_argnums=0)
+    keys = jax.random.split(jax.random.key(3), UPDATES)
+    replay, roles, keys = jax.device_put((replay, setup.state, keys), device, may_alias=False)  # roles are donated
+    seconds, _ = timed_calls(lambda r: program(r, replay, keys), roles, max_calls=20)
+    return [dict(batch_size=batch_size, size=f"batch {batch_size}", device=describe(device),
+                 update_s=seconds / UPDATES, update_frames_per_s=batch_size * UPDATES / seconds)]
+
+
+def learner_devices(placement: Placement, schedule: str) -> list[jax.Device]:
+    """Where off-policy updates run: split (sync, concurrent), each role's devices, the slower setting
+    the pace; otherwise the learner's (the async learner updates both roles there)."""
+    if placement.mode == "split" and schedule != "async":
+        return list(dict.fromkeys([*placement.actor, *placement.critic]))
+    return [placement.learner]
+
+
+def measuring_functions(setup: Setup) -> dict[str, Callable[..., list[Row]]]:
+    measures = {"envpool": functools.partial(measure_envpool, setup)}
+    if family(setup.config) == "on_policy":
+        return measures | {"acting": functools.partial(measure_rollout, setup),
+                           "update": functools.partial(measure_on_policy_update, setup)}
+    return measures | {"acting": functools.partial(measure_off_policy_acting, setup),
+                       "async_mode": functools.partial(measure_async_mode, setup),
+                       "update": functools.partial(measure_off_policy_update, setup)}
 
 
 # -- the pass ----------------------------------------------------------------------------------
@@ -227,255 +494,44 @@ def calibrate(config: TrainConfig, budget_s: float = 30.0, recalibrate: bool = F
     return result
 
 
+def measure(config: TrainConfig, budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
+    """Every row of the pass: EnvPool first (it picks each num_envs' thread count), then the plan of
+    the algorithm's family."""
+    setup = make_setup(config)
+    try:
+        measures = measuring_functions(setup)
+        rows, skipped = run_measurements(envpool_plan(config, env_sizes(config)), measures, budget)
+        threads = best_threads(rows["envpool"])
+        plan = async_envpool_plan(threads) + (
+            on_policy_plan(config, threads) if family(config) == "on_policy"
+            else off_policy_plan_of_measurements(config, threads, learner_devices(setup.placement, config.schedule)))
+        more, more_skipped = run_measurements(plan, measures, budget)
+    finally:
+        for env in setup.opened:
+            env.pool.close()
+    return {kind: rows[kind] + more[kind] for kind in measures}, skipped + more_skipped
+
+
 def measure_and_choose(config: TrainConfig, budget_s: float) -> Calibration:
-    from jaxrl_fast.env import probe_spec
-
     budget = Budget(budget_s)
-    spec = probe_spec(config.env)
-    skipped: list[str] = []
-    grid = _env_grid(config)
-
-    # 1. EnvPool alone: threads per num_envs, then async-mode batch sizes at the best thread count.
-    envpool_rows = []
-    for n in grid:
-        for t in _thread_grid(n):
-            if not budget.allows(MEASURE_S + 0.1):
-                skipped.append(f"EnvPool num_envs={n} threads={t} (budget)")
-                continue
-            envpool_rows.append(dict(num_envs=n, num_threads=t, batch_size=n, env_sps=envpool_sps(config.env, spec, n, t, n)))
-    best_threads = {}
-    for n in grid:
-        rows = [r for r in envpool_rows if r["num_envs"] == n]
-        if rows:
-            best_threads[n] = max(rows, key=lambda r: r["env_sps"])["num_threads"]
-    for n in [n for n in grid if n >= 4 and n in best_threads][-2:]:  # async mode, where it can matter most
-        for batch in (n // 2, n // 4):
-            if budget.allows(MEASURE_S + 0.1) and budget.used < 0.25 * budget.seconds:
-                envpool_rows.append(dict(num_envs=n, num_threads=best_threads[n], batch_size=batch,
-                                         env_sps=envpool_sps(config.env, spec, n, best_threads[n], batch)))
-    if config.algo in OFF_POLICY:
-        return _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped)
-    return _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped)
-
-
-def measuring_order(sizes, preset: int) -> list[int]:
-    """The preset's size first, then outwards, larger before smaller: what the budget measures first."""
-    return sorted(sizes, key=lambda n: (abs(math.log2(n / preset)), -n))
-
-
-def _choose_ppo(config, spec, budget, envpool_rows, best_threads, skipped) -> Calibration:
-    from jaxrl_fast.algos import make_algorithm
-    from jaxrl_fast.data import Rollout
-    from jaxrl_fast.env import make_xla_env
-    from jaxrl_fast.acting import EnvOptions, init_env_carry, make_collect, observe
-
-    T = config.ppo.num_steps
-    options = EnvOptions(config.normalize_observations, config.scale_rewards, config.ppo.gamma)
-    acting, learning, candidates = [], [], []
-    per_iteration_estimate = 3.0  # compile + measure seconds, refined after the first size
-    algo_state = None  # parameter shapes do not depend on num_envs: initialised once
-    for n in measuring_order(best_threads, config.num_envs):
-        if not budget.allows(per_iteration_estimate):
-            skipped.append(f"rollout and update at num_envs={n} (budget)")
-            continue
-        begin = time.perf_counter()
-        sized = dataclasses.replace(config, num_envs=n)
-        env = make_xla_env(config.env, n, best_threads[n], config.seed)
-        algo = make_algorithm(sized, env.spec)
-        collect = make_collect(env, options, T)
-
-        def rollout(carry, algo_state, key):
-            carry, transitions, _ = collect(carry, lambda obs, k: algo.act(algo_state, obs, k), key)
-            return carry, Rollout(transitions, observe(options, carry.obs_moments, carry.obs))
-
-        if algo_state is None:
-            algo_state = jax.jit(algo.init)(jax.random.key(0))
-        carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
-        rollout_program = jax.jit(rollout, donate_argnums=0)
-        box = {}
-
-        def act_once(carry):
-            carry, box["rollout"] = rollout_program(carry, algo_state, jax.random.key(1))
-            return carry
-
-        rollout_s, carry = timed_calls(act_once, carry)
-        update_program = jax.jit(algo.update)
-        update_s, _ = timed_calls(lambda s: update_program(s, box["rollout"], jax.random.key(2))[0], algo_state,
-                                  max_calls=10)
-        env.pool.close()
-        env_sps = max(r["env_sps"] for r in envpool_rows if r["num_envs"] == n and r["batch_size"] == n)
-        inference = max(0.0, rollout_s / T - n / env_sps) * 1e6
-        acting.append(dict(num_envs=n, num_threads=best_threads[n], rollout_sps=T * n / rollout_s,
-                           inference_us_per_step=inference))
-        learning.append(dict(size=f"batch {T * n}", device=str(jax.devices()[0].platform), update_s=update_s,
-                             update_frames_per_s=T * n * config.ppo.update_epochs / update_s))
-        per_iteration = rollout_s + update_s if config.schedule == "sync" else max(rollout_s, update_s)
-        candidates.append(dict(num_envs=n, num_threads=best_threads[n], minibatch_size=T * n // config.ppo.num_minibatches,
-                               trained_sps=T * n / per_iteration))
-        per_iteration_estimate = 1.5 * (time.perf_counter() - begin)
-    if not candidates:
-        raise RuntimeError(f"calibration: a budget of {budget.seconds:.0f} s measured no candidate; raise --budget-s")
-    best = max(c["trained_sps"] for c in candidates)
-    pick = min((c for c in candidates if c["trained_sps"] >= (1 - FLAT_MARGIN) * best), key=lambda c: c["num_envs"])
-    choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["num_envs"],
-                  minibatch_size=pick["minibatch_size"])
-    reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted "
-              f"{best:,.0f} trained steps/s ({config.schedule}); rollout length {T}, "
-              f"{config.ppo.num_minibatches} minibatches and {config.ppo.update_epochs} epochs kept; "
-              "env batch = num_envs (only the off-policy async actors use EnvPool's async mode)")
-    return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, machine(), envpool_rows,
-                       acting, learning, candidates, choice, reason, skipped)
-
-
-def _choose_off_policy(config, spec, budget, envpool_rows, best_threads, skipped) -> Calibration:
-    from jaxrl_fast.algos import make_algorithm as make_off_policy_algorithm
-    from jaxrl_fast.env import make_xla_env
-    from jaxrl_fast.placement import resolve_placement
-    from jaxrl_fast.replay import init_replay
-    from jaxrl_fast.acting import EnvOptions, init_env_carry
-    from jaxrl_fast.plan import dispatch_steps, off_policy_plan
-    from jaxrl_fast.schedules.offpolicy import make_pieces
-
+    rows, skipped = measure(config, budget)
     hyper = algo_config(config)
-    options = EnvOptions(False, False, hyper.gamma)
-    acting, learning = [], []
-
-    probe_env = make_xla_env(config.env, 1, 1, config.seed)
-    probe_algo = make_off_policy_algorithm(config, probe_env.spec)
-    first_obs = probe_env.reset()
-    init_roles = jax.jit(probe_algo.init)
-    roles = init_roles(jax.random.key(0))
-    rollout_per_step: dict[int, float] = {}
-    keep_alive: list = []
-
-    def measure_acting(n: int) -> None:
-        env = make_xla_env(config.env, n, best_threads[n], config.seed)
-        algo = make_off_policy_algorithm(dataclasses.replace(config, num_envs=n), env.spec)
-        plan = off_policy_plan(hyper, n)._replace(rollout_length=8, replay_rows=2)
-        pieces = make_pieces(algo, env, options, plan)
-        carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
-        params = algo.acting_params(*roles)  # parameter shapes do not depend on num_envs
-        act = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
-        seconds, _ = timed_calls(lambda c: act(c, params, jax.random.key(1), jnp.int32(0), False)[0], carry)
-        keep_alive.append(env)  # closed once every program has run
-        rollout_per_step[n] = seconds / plan.rollout_length
-        env_sps = max(r["env_sps"] for r in envpool_rows if r["num_envs"] == n and r["batch_size"] == n)
-        acting.append(dict(num_envs=n, num_threads=best_threads[n], rollout_sps=n / rollout_per_step[n],
-                           inference_us_per_step=max(0.0, rollout_per_step[n] - n / env_sps) * 1e6))
-
-    async_mode_per_step: dict[int, tuple[int, float]] = {}  # num_envs -> (env batch, seconds per env step)
-
-    def measure_async_mode(n: int) -> None:
-        """The `async` actors' host loop over EnvPool's async mode, at env batches n/2 and n/4."""
-        from jaxrl_fast.placement import host_device as host_acting_device
-        from jaxrl_fast.schedules.async_mode import AsyncModeActor
-        from jaxrl_fast.schedules.timing import PhaseClock
-
-        device = host_acting_device()
-        params = jax.device_put(probe_algo.acting_params(*roles), device)
-        for batch in (n // 2, n // 4):
-            actor = AsyncModeActor(probe_algo, probe_env.spec, n, batch, best_threads[n], config.seed, 8, device)
-            act = lambda _: actor.act_chunk(params, 0, False, jax.random.key(1), 0, PhaseClock())  # noqa: E731
-            seconds, _ = timed_calls(act, None, max_calls=20)
-            actor.close()
-            acting.append(dict(num_envs=n, num_threads=best_threads[n], env_batch=batch, rollout_sps=8 * n / seconds))
-            per_step = seconds / (8 * n)
-            if n not in async_mode_per_step or per_step < async_mode_per_step[n][1]:
-                async_mode_per_step[n] = (batch, per_step)
-
-    # learning: per update batch size, on each learner device (split: the slower one sets the pace)
-    where = resolve_placement("single" if config.schedule == "async" and config.placement == "auto" else config.placement)
-    devices = list(dict.fromkeys([*where.actor, *where.critic])) if where.mode == "split" else [where.critic[0]]
-
-    update_s_at: dict[int, float] = {}
-
-    def measure_update(size: int, device) -> None:
-        plan = off_policy_plan(hyper, 1)._replace(batch_size=size, replay_rows=max(1024, size))
-        pieces = make_pieces(probe_algo, probe_env, options, plan)
-        updates = 8
-        keys = jax.random.split(jax.random.key(3), updates)
-        # an empty buffer of the right shapes: sampling costs the same whatever the rows hold
-        shapes = jax.eval_shape(pieces.init, jax.random.key(0), probe_env.handle, first_obs).replay.rows
-        replay = init_replay(plan.replay_rows, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), shapes))
-
-        # arrays go in as arguments: closed over, they would be baked into the program as constants
-        def run(carry, replay, keys):
-            return pieces.run_updates(*carry, replay, keys, jnp.int32(0))[:2]
-
-        program = jax.jit(run, donate_argnums=0)
-        replay, carry, keys = jax.device_put((replay, init_roles(jax.random.key(0)), keys), device)  # fresh: donated
-        seconds, _ = timed_calls(lambda c: program(c, replay, keys), carry, max_calls=20)
-        per_update = seconds / updates
-        update_s_at[size] = max(update_s_at.get(size, 0.0), per_update)
-        learning.append(dict(size=f"batch {size}", device=f"{device.platform}:{device.id}", update_s=per_update,
-                             update_frames_per_s=size / per_update))
-
-    # What a choice needs first (the preset's sizes), then the alternatives, while the budget lasts.
-    env_sizes = measuring_order(best_threads, config.num_envs)
-    batch_sizes = [2 * hyper.batch_size, 4 * hyper.batch_size]
-    tasks = [("update", (size, d)) for size in [hyper.batch_size, *batch_sizes] for d in devices]
-    for n in env_sizes:
-        tasks.append(("acting", (n,)))
-        if config.schedule == "async" and n >= 4:  # only the async actors can use EnvPool's async mode
-            tasks.append(("async_mode", (n,)))
-    first_acting = (1 + len(batch_sizes)) * len(devices)
-    # the preset batch and num_envs (and, for async actors, its async mode) are measured whatever the budget
-    essential = set(range(len(devices))) | {first_acting} | (
-        {first_acting + 1} if first_acting + 1 < len(tasks) and tasks[first_acting + 1][0] == "async_mode" else set())
-    cost = {"acting": 2.0, "update": 3.0, "async_mode": 2.0}  # seconds, compile included; refined by each measurement
-    measure = {"acting": measure_acting, "update": measure_update, "async_mode": measure_async_mode}
-    for index, (kind, args) in enumerate(tasks):
-        if index not in essential and not budget.allows(cost[kind]):
-            skipped.append(f"{kind} at {'batch' if kind == 'update' else 'num_envs'} {args[0]} (budget)")
-            continue
-        begin = time.perf_counter()
-        measure[kind](*args)
-        cost[kind] = 1.2 * (time.perf_counter() - begin)
-    for env in [probe_env, *keep_alive]:
-        env.pool.close()
-
-    samples_per_step = hyper.utd_ratio * hyper.batch_size  # held fixed: consumed per produced
-    candidates = []
-    for n, act_s in rollout_per_step.items():
-        env_batch, act_per_env_step = n, act_s / n
-        staged = async_mode_per_step.get(n)
-        if staged is not None and staged[1] * ASYNC_MODE_MARGIN < act_per_env_step:
-            env_batch, act_per_env_step = staged
-        for size, update_s in update_s_at.items():
-            learn_per_env_step = samples_per_step / size * update_s
-            per_step = act_per_env_step + learn_per_env_step if config.schedule == "sync" else max(act_per_env_step, learn_per_env_step)
-            candidates.append(dict(num_envs=n, num_threads=best_threads[n], env_batch_size=env_batch, batch_size=size,
-                                   utd_ratio=samples_per_step / size, trained_sps=1.0 / per_step))
-
-    def best_at(size: int) -> dict:
-        rows = [c for c in candidates if c["batch_size"] == size]
-        top = max(c["trained_sps"] for c in rows)
-        return min((c for c in rows if c["trained_sps"] >= (1 - FLAT_MARGIN) * top), key=lambda c: c["num_envs"])
-
-    pick = best_at(hyper.batch_size)
-    bigger = [best_at(size) for size in update_s_at if size > hyper.batch_size]
-    faster = [c for c in bigger if c["trained_sps"] >= BATCH_MARGIN * pick["trained_sps"]]
-    batch_note = f"the preset's update batch {hyper.batch_size} kept (no larger batch was {BATCH_MARGIN:.2f}x faster)"
-    if faster:
-        pick = max(faster, key=lambda c: c["trained_sps"])
-        batch_note = (f"update batch {pick['batch_size']} with utd_ratio {pick['utd_ratio']:g} (same samples consumed "
-                      f"per env step) is {BATCH_MARGIN:.2f}x+ faster than the preset's {hyper.batch_size}")
-    plan = off_policy_plan(dataclasses.replace(hyper, batch_size=pick["batch_size"], utd_ratio=pick["utd_ratio"]),
-                           pick["num_envs"], dispatch_steps(config))
-    choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["env_batch_size"],
-                  batch_size=pick["batch_size"], utd_ratio=pick["utd_ratio"],
-                  rollout_length=plan.rollout_length, updates_per_iteration=plan.updates_per_iteration)
-    if pick["env_batch_size"] < pick["num_envs"]:
-        env_batch_note = (f"env batch {pick['env_batch_size']} (EnvPool's async mode) acts {ASYNC_MODE_MARGIN:.2f}x+ "
-                          f"faster than stepping all {pick['num_envs']} envs together")
-    elif config.schedule == "async":
-        env_batch_note = f"env batch = num_envs (EnvPool's async mode was not {ASYNC_MODE_MARGIN:.2f}x faster)"
-    else:
-        env_batch_note = "env batch = num_envs (only the async actors use EnvPool's async mode)"
-    reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted trained steps/s "
-              f"({pick['trained_sps']:,.0f}, {config.schedule}); {batch_note}; {env_batch_note}")
-    return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, machine(), envpool_rows,
-                       acting, learning, candidates, choice, reason, skipped)
+    acting = with_inference(rows["acting"] + rows.get("async_mode", []), rows["envpool"])
+    try:
+        if family(config) == "on_policy":
+            choice, reason, candidates = choose_on_policy(acting, rows["update"], config.schedule, hyper.num_steps,
+                                                          getattr(hyper, "num_minibatches", 1))
+        else:
+            choice, reason, candidates = choose_off_policy(acting, rows["update"], config.schedule, hyper.batch_size,
+                                                           hyper.utd_ratio)
+            chosen = dataclasses.replace(hyper, batch_size=choice["batch_size"], utd_ratio=choice["utd_ratio"])
+            plan = off_policy_plan(chosen, choice["num_envs"], dispatch_steps(config))
+            choice |= dict(rollout_length=plan.rollout_length, updates_per_iteration=plan.updates_per_iteration)
+    except ValueError as error:
+        raise RuntimeError(f"calibration: a budget of {budget.seconds:.0f} s measured no candidate ({error}); "
+                           "raise --budget-s") from error
+    return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, machine(),
+                       rows["envpool"], acting, rows["update"], candidates, choice, reason, skipped)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -486,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m jaxrl_fast.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default=TrainConfig.env)
-    parser.add_argument("--algo", default=TrainConfig.algo, choices=["ppo", *OFF_POLICY])
+    parser.add_argument("--algo", default=TrainConfig.algo, choices=list(ALGORITHMS))
     parser.add_argument("--schedule", default="sync", choices=["sync", "concurrent", "async"])
     parser.add_argument("--budget-s", type=float, default=30.0, help="time budget of the measurements (seconds)")
     parser.add_argument("--recalibrate", action="store_true", help="measure again even when a cached result exists")
