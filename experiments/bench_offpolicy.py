@@ -14,7 +14,7 @@ With no accelerator, the devices are two XLA CPU devices sharing the machine's c
 
 Time to -200 on Pendulum-v1 is `python -m jaxrl_fast.train --algo sac --env Pendulum-v1` in a
 fresh process per seed, from process start to the first evaluation (10 deterministic episodes,
-every 1,000 steps, as the peers in shared/MISSION.md were measured) whose mean reaches -200.
+every 1,000 steps, the protocol of experiments/peers/) whose mean reaches -200.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Throughput, per env (same num_envs and EnvPool threads for every row, one proces
 SPS efficiency = PPO training SPS / EnvPool-alone SPS.
 
 Time to target: wall-clock from process start (imports and compilation included) to the first
-evaluation (10 deterministic episodes, every 5,000 steps, as the peers in shared/MISSION.md were
-measured) whose mean reaches 475, for `python -m jaxrl_fast.train` in a fresh process per seed.
+evaluation (10 deterministic episodes, every 5,000 steps, the protocol of experiments/peers/)
+whose mean reaches 475, for `python -m jaxrl_fast.train` in a fresh process per seed.
 """
 
 from __future__ import annotations
