@@ -100,10 +100,13 @@ class RunConfig:
     """Capture a jax.profiler trace of a window of training calls into RUN_DIR/profile/ (opens in
     Perfetto and TensorBoard's profile plugin; `python profiling/summarize_trace.py RUN_DIR` gives
     the time per phase). A training call is one log interval (one metrics line)."""
-    profile_start: int = 1
-    """--profile: training calls run before the trace starts (the first carries one-off work)."""
-    profile_calls: int = 3
-    """--profile: training calls traced. Every XLA op becomes a trace event: keep the window small."""
+    profile_start: int | None = None
+    """--profile: training calls run before the trace starts (default 1: the first carries one-off
+    work; 0 when the run has a single call)."""
+    profile_calls: int | None = None
+    """--profile: training calls traced (default 3, or as many as the run has after --profile-start).
+    Every XLA op becomes a trace event: keep the window small. A window given here that does not
+    fit in the run is refused."""
 
 
 # The run's fields, then one group of flags per registered algorithm (`--ppo.*`, `--sac.*`, ...).

@@ -43,8 +43,6 @@ def validate(config: TrainConfig) -> None:
          f"--env-batch-size {config.env_batch_size} (EnvPool's async mode) is for the --schedule async actors; "
          f"the {config.schedule} schedule steps all --num-envs together inside its jitted program")
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
-    need(config.profile_start >= 0, f"--profile-start must be 0 or positive, got {config.profile_start}")
-    need(config.profile_calls >= 1, f"--profile-calls must be at least 1, got {config.profile_calls}")
     for message in ALGORITHMS[config.algo].validate(algo_config(config), config):
         raise ConfigError(message)
     if config.schedule == "async":
@@ -56,15 +54,19 @@ def validate(config: TrainConfig) -> None:
         need(config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}")
         need(config.placement != "split",
              "--schedule async runs both learner roles on one device group; use --placement single (or auto)")
+    need(config.profile_start is None or config.profile_start >= 0,
+         f"--profile-start must be 0 or positive, got {config.profile_start}")
+    need(config.profile_calls is None or config.profile_calls >= 1,
+         f"--profile-calls must be at least 1, got {config.profile_calls}")
     if config.profile:
         from jaxrl_fast.plan import planned_calls
+        from jaxrl_fast.profiler import WindowError, profile_window
 
-        calls = planned_calls(config)
-        need(config.profile_start + config.profile_calls <= calls,
-             f"--profile-start {config.profile_start} + --profile-calls {config.profile_calls} does not fit in the run's "
-             f"{calls} training calls (one per --log-interval {config.log_interval} steps of --total-steps "
-             f"{config.total_steps}); lower them, or raise --total-steps or lower --log-interval")
-
+        try:
+            profile_window(config.profile_start, config.profile_calls, planned_calls(config))
+        except WindowError as error:
+            raise ConfigError(f"{error} (one per --log-interval {config.log_interval} steps of --total-steps "
+                              f"{config.total_steps}); lower them, or raise --total-steps or lower --log-interval") from None
 
 RESUME_FLAGS = ("--total-steps", "--progress")  # what may change when a run is resumed
 

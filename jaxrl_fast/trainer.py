@@ -32,8 +32,8 @@ from jaxrl_fast.env import XlaEnv, make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 truncate_metrics, write_json)
-from jaxrl_fast.plan import Plan, make_plan, run_off_policy_plan
-from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, ProfileWindow
+from jaxrl_fast.plan import Plan, make_plan, planned_calls, run_off_policy_plan
+from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, profile_window
 from jaxrl_fast.schedules import Context, Schedule, make_schedule
 
 log = logging.getLogger(__name__)
@@ -337,7 +337,10 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
         message(f"resuming {run.run_dir} from its checkpoint at step {run.restored.step:,d}")
     message(f"{config.algo} on {config.env}: {run.plan.total_steps:,d} steps, {config.num_envs} envs, "
             f"{run.plan.num_threads} EnvPool threads, placement {run.schedule.describe()} -> {run.run_dir}")
-    tracer = CallTracer(run.run_dir / PROFILE_DIR, ProfileWindow(config.profile_start, config.profile_calls)) if config.profile else None
+    tracer = None
+    if config.profile:
+        window = profile_window(config.profile_start, config.profile_calls, planned_calls(config))
+        tracer = CallTracer(run.run_dir / PROFILE_DIR, window)
     stop = StopRequest()
     try:
         with stop:

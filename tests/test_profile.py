@@ -134,3 +134,25 @@ def test_thread_segments_give_each_instant_to_the_innermost_event():
     # a phase inherited by an unphased child; a child overrunning its parent is clipped
     assert summarize_trace.thread_segments([(0, 4, "update"), (1, 6, None)]) == [(0, 1, "update"), (1, 4, "update")]
     assert summarize_trace.union_within([(0, 3), (2, 5), (7, 9)], (1, 8)) == 5  # [1, 5) and [7, 8)
+
+
+def test_the_default_window_traces_what_fits_in_a_short_run(tmp_path):
+    """Without --profile-start/--profile-calls a run too short for the default window (skip 1,
+    trace 3) traces the calls it has; the explicit window of the test above is refused instead."""
+    run_dir = tmp_path / "run"
+    # 2048 steps at 1024 per call: 2 training calls, fewer than the default window's 4
+    assert main(["--total-steps", "2048", "--log-interval", "1024", "--eval-interval", "0", "--eval-episodes", "1",
+                 "--progress", "off", "--run-dir", str(run_dir), "--profile"]) == 0
+    window = json.loads((run_dir / "summary.json").read_text())["profile"]
+    assert window["first_call"] == 1 and window["calls"] == 1
+
+
+def test_profile_window_rules():
+    from jaxrl_fast.profiler import ProfileWindow, WindowError, profile_window
+
+    assert profile_window(None, None, 10) == ProfileWindow(1, 3)
+    assert profile_window(None, None, 2) == ProfileWindow(1, 1)
+    assert profile_window(None, None, 1) == ProfileWindow(0, 1)
+    assert profile_window(0, None, 3) == ProfileWindow(0, 3)
+    with pytest.raises(WindowError, match="does not fit"):
+        profile_window(None, 3, 2)
