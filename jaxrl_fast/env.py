@@ -29,6 +29,7 @@ import sys
 import warnings
 from typing import Any, Callable, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,6 +75,14 @@ class Step(NamedTuple):
     terminated: jax.Array  # bool [B]: the episode ended in a terminal state (no bootstrap)
     truncated: jax.Array  # bool [B]: the episode was cut by the time limit (bootstrap)
     elapsed_step: jax.Array  # int32 [B]: steps since the episode began; 0 on a reset step
+
+
+def check_step(step: Step, spec: EnvSpec) -> None:
+    """The adapter's promise to the jitted code: shapes and dtypes of a batched step."""
+    n = spec.num_envs
+    chex.assert_shape(step.obs, (n, *spec.obs_shape))
+    chex.assert_shape([step.reward, step.terminated, step.truncated, step.elapsed_step], (n,))
+    chex.assert_type([step.obs, step.reward, step.terminated, step.elapsed_step], [jnp.float32, jnp.float32, bool, jnp.int32])
 
 
 class XlaEnv(NamedTuple):
@@ -352,13 +361,15 @@ def make_xla_env(
         state = {k: from_wire(v, state_dtypes[k]) for k, v in zip(state_keys, fields)}
         elapsed = state["elapsed_step"].astype(jnp.int32)
         terminated, truncated = end_flags(state["done"].astype(bool), state["trunc"].astype(bool), elapsed, max_steps)
-        return handle, Step(
+        out = Step(
             obs=state["obs"].astype(jnp.float32),
             reward=state["reward"].astype(jnp.float32),
             terminated=terminated,
             truncated=truncated,
             elapsed_step=elapsed,
         )
+        check_step(out, spec)  # at trace time: free at run time
+        return handle, out
 
     return XlaEnv(
         spec=spec,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -146,7 +147,7 @@ def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: in
         terminal = jnp.where(alive, at(state.rows.terminated, k), terminal)
         alive = alive & ~ended
     as_float = lambda x: x.astype(jnp.float32)  # noqa: E731  (uint8 pixels are stored, floats are learned)
-    return Batch(
+    batch = Batch(
         obs=as_float(at(state.rows.obs, 0)),
         action=at(state.rows.action, 0),
         reward=reward,
@@ -154,3 +155,8 @@ def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: in
         next_obs=as_float(state.rows.obs[(oldest + offset + steps) % rows, env]),
         weight=at(state.rows.valid, 0).astype(jnp.float32),
     )
+    # what every update may rely on (checked at trace time)
+    chex.assert_equal_shape([batch.obs, batch.next_obs])
+    chex.assert_shape([batch.reward, batch.discount, batch.weight], (batch_size,))
+    chex.assert_type([batch.obs, batch.reward, batch.discount, batch.weight], jnp.float32)
+    return batch

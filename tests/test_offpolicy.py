@@ -1,5 +1,6 @@
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,8 +118,7 @@ def test_split_with_fresh_exchange_matches_single(algo_name, env_id):
         loop, state, _ = build(algo_name, env_id, placement)
         state, _, _ = loop.run(state, 4)
         results.append(jax.device_get((state.actor, state.critic)))
-    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    chex.assert_trees_all_close(results[0], results[1], rtol=1e-4, atol=1e-5)
 
 
 def test_lagged_exchange_runs_and_differs_from_fresh():
@@ -139,8 +139,7 @@ def test_data_parallel_role_matches_one_device():
         loop, state, _ = build("sac", "Pendulum-v1", placement)
         state, _, _ = loop.run(state, 3)
         results.append(jax.device_get(state.critic.q))
-    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    chex.assert_trees_all_close(results[0], results[1], rtol=1e-4, atol=1e-5)
 
 
 def test_split_needs_two_devices():

@@ -1,16 +1,16 @@
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.algos.ppo import make_ppo
-from jaxrl_fast.algos.ppo import PPOConfig
+from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
 from jaxrl_fast.config import TrainConfig
 from jaxrl_fast.data import Rollout, Transition
 from jaxrl_fast.env import make_xla_env
 from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.acting import EnvOptions
 from jaxrl_fast.schedules.sync import make_sync_loop
 from jaxrl_fast.trainer import train
 
@@ -94,8 +94,7 @@ def test_reset_steps_do_not_contribute_to_the_update():
     s2, _ = algo.update(state, Rollout(noisy, last), jax.random.key(2))
     # values at the reset steps bootstrap the truncated/terminated step before them only through
     # next_value, which termination zeroes here; nothing else of those steps may matter
-    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(s1.params, s2.params, rtol=1e-5, atol=1e-6)
 
 
 def test_presets_resolve_for_every_shipped_file():
