@@ -14,7 +14,9 @@ from jaxrl_fast.schedules.concurrent import OnPolicyConcurrent
 from jaxrl_fast.schedules.offpolicy import OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven
 from jaxrl_fast.schedules.sync import OnPolicySync
 
-__all__ = ["SCHEDULES", "CallResult", "Context", "Schedule", "Snapshot", "make_schedule", "schedule_class"]
+__all__ = ["SCHEDULES", "AsyncSchedule", "CallResult", "Context", "OffPolicyConcurrent", "OffPolicyFused",
+           "OffPolicyHostDriven", "OnPolicyConcurrent", "OnPolicySync", "Schedule", "Snapshot", "make_schedule",
+           "schedule_class"]
 
 SCHEDULES: dict[tuple[str, str, str], type] = {
     ("on_policy", "sync", "fused"): OnPolicySync,

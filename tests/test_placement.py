@@ -1,0 +1,79 @@
+"""Every schedule's placement on two XLA CPU devices: what `placement.resolve` decides, and where the
+schedule then keeps each piece of state."""
+
+import dataclasses
+
+import jax
+import pytest
+
+from jaxrl_fast import placement as placements
+from jaxrl_fast.env import make_xla_env
+from jaxrl_fast.presets import resolve_defaults
+from jaxrl_fast.schedules import (OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven, OnPolicyConcurrent,
+                                  OnPolicySync, schedule_class)
+from jaxrl_fast.schedules.asynchronous import AsyncSchedule
+from jaxrl_fast.trainer import build_schedule
+
+CPU = jax.devices("cpu")
+
+
+def config_for(algo, env_id, **changes):
+    base = resolve_defaults(env_id, algo, "classic_control")
+    if algo != "ppo":  # a short warm-up and a small buffer: these tests look at devices, not learning
+        changes.setdefault(algo, dataclasses.replace(getattr(base, algo), learning_starts=64, buffer_size=4096))
+    return dataclasses.replace(base, total_steps=4096, eval_interval=0, log_interval=256, **changes)
+
+
+def devices_of(tree):
+    return {d for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array) for d in leaf.devices()}
+
+
+# (algo, env, changes, the schedule class, acting, actor, critic, learner)
+CASES = [
+    ("ppo", "CartPole-v1", {}, OnPolicySync, 0, (0,), (0,), 0),
+    ("ppo", "CartPole-v1", dict(schedule="concurrent"), OnPolicyConcurrent, 0, (0,), (0,), 1),
+    ("sac", "Pendulum-v1", dict(placement="single"), OffPolicyFused, 0, (0,), (0,), 0),
+    ("sac", "Pendulum-v1", dict(placement="auto"), OffPolicyFused, 0, (0,), (0,), 0),  # fake CPUs: no split
+    ("sac", "Pendulum-v1", dict(placement="split"), OffPolicyHostDriven, 0, (0,), (1,), 1),
+    ("sac", "Pendulum-v1", dict(placement="split", schedule="concurrent"), OffPolicyConcurrent, 0, (0,), (1,), 1),
+    ("dqn", "CartPole-v1", dict(placement="split"), OffPolicyHostDriven, 0, (0,), (1,), 1),
+    ("sac", "Pendulum-v1", dict(schedule="concurrent"), OffPolicyConcurrent, 0, (0,), (0,), 0),
+    ("sac", "Pendulum-v1", dict(schedule="async"), AsyncSchedule, 0, (0,), (0,), 0),
+]
+
+
+@pytest.mark.parametrize("algo, env_id, changes, cls, acting, actor, critic, learner", CASES)
+def test_resolve_gives_each_schedule_its_devices(algo, env_id, changes, cls, acting, actor, critic, learner):
+    config = config_for(algo, env_id, **changes)
+    where = placements.resolve(config)
+    assert where.acting == CPU[acting] and where.learner == CPU[learner]
+    assert where.actor == tuple(CPU[i] for i in actor) and where.critic == tuple(CPU[i] for i in critic)
+    assert schedule_class(config, where) is cls
+
+
+def test_split_needs_two_devices():
+    config = config_for("sac", "Pendulum-v1", placement="split")
+    with pytest.raises(placements.PlacementError, match="two or more devices"):
+        placements.resolve(config, devices=CPU[:1])
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5], CASES[8]], ids=lambda c: f"{c[0]}-{c[3].__name__}")
+def test_state_lives_where_placement_says_after_start_and_an_iteration(case):
+    algo, env_id, changes, cls, acting, actor, critic, learner = case
+    config = config_for(algo, env_id, **changes)
+    env = make_xla_env(config.env, config.num_envs, 1, config.seed)
+    schedule = build_schedule(config, env)
+    try:
+        schedule.start(None)
+        schedule.run(1)
+        state = schedule.state
+        if cls is OnPolicyConcurrent:
+            assert devices_of(state.algo) == {CPU[learner]} and devices_of(state.pending) == {CPU[learner]}
+            assert devices_of(state.env.obs) == {CPU[acting]}
+        else:
+            assert devices_of(state.actor) == {CPU[i] for i in actor}
+            assert devices_of((state.critic, state.replay)) == {CPU[i] for i in critic}
+            if cls is not AsyncSchedule:  # async actors keep their env carries to themselves
+                assert devices_of(state.env.obs) == {CPU[acting]}
+    finally:
+        schedule.close()
