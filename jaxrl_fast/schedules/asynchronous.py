@@ -42,7 +42,7 @@ from jaxrl_fast.placement import describe, transfer
 from jaxrl_fast.plan import run_off_policy_plan
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
-from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, Snapshot, mean_metrics
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
 from jaxrl_fast.schedules.offpolicy import make_pieces
 from jaxrl_fast.schedules.timing import PhaseClock
 
@@ -167,7 +167,7 @@ def async_mode_acting(actor: AsyncModeActor, clock: PhaseClock) -> Callable:
     return act
 
 
-class AsyncSchedule:
+class AsyncSchedule(ScheduleBase):
     """Off-policy `async`: actor threads with their own EnvPools, the learner on `placement.learner`."""
 
     def __init__(self, ctx: Context):

@@ -70,6 +70,22 @@ class Schedule(Protocol):
     def close(self) -> None: ...
 
 
+class ScheduleBase:
+    """What most schedules do alike: the placement record as resolved, nothing to add to the
+    summary, nothing to stop. Subclasses set `self.ctx` and override what differs."""
+
+    ctx: Context
+
+    def describe(self) -> dict[str, Any]:
+        return self.ctx.placement.describe()
+
+    def summary(self, train_s: float) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 def eval_due(iteration: Any, every: int) -> Any:
     """After every `every` learning iterations (0: never); works on ints and on traced int32."""
     return iteration % every == 0

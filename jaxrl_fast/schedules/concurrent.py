@@ -25,7 +25,7 @@ from jaxrl_fast.acting import EnvCarry, EvalPayload, eval_payload, init_env_carr
 from jaxrl_fast.data import Rollout
 from jaxrl_fast.env import EpisodeStats
 from jaxrl_fast.placement import transfer
-from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, Snapshot, total_episodes
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, total_episodes
 from jaxrl_fast.schedules.offpolicy import mean_metrics
 from jaxrl_fast.schedules.timing import PhaseClock
 
@@ -38,7 +38,7 @@ class ConcurrentState(NamedTuple):
     iteration: int  # host counter
 
 
-class OnPolicyConcurrent:
+class OnPolicyConcurrent(ScheduleBase):
     """On-policy `concurrent`: the learner program on `placement.learner`, the rollout program on
     `placement.acting`, dispatched together every iteration."""
 
@@ -109,12 +109,3 @@ class OnPolicyConcurrent:
 
     def eval_payload(self) -> EvalPayload:
         return eval_payload(self.ctx.algo.policy_params(self.state.algo), self.state.env)
-
-    def describe(self) -> dict[str, Any]:
-        return self.ctx.placement.describe()
-
-    def summary(self, train_s: float) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass

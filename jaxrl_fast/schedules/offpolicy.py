@@ -35,8 +35,8 @@ from jaxrl_fast.env import EpisodeStats, XlaEnv
 from jaxrl_fast.placement import Placement, transfer
 from jaxrl_fast.plan import OffPolicyPlan, dispatch_steps, off_policy_plan, run_off_policy_plan
 from jaxrl_fast.replay import ReplayState, Row, add_many, init_replay, sample_batch
-from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, Snapshot, mean_metrics, scan_iterations,
-                                       total_episodes)
+from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics,
+                                       scan_iterations, total_episodes)
 from jaxrl_fast.schedules.timing import PhaseClock
 
 __all__ = ["OffPolicyFused", "OffPolicyHostDriven", "OffPolicyPlan", "dispatch_steps", "make_off_policy_loop",
@@ -342,7 +342,7 @@ class HostDrivenLoop:
         return state, metrics, total_episodes(finished)
 
 
-class OffPolicySchedule:
+class OffPolicySchedule(ScheduleBase):
     """What both off-policy loops share as a schedule: start, snapshot, payload. Subclasses pick the loop."""
 
     concurrent = False
@@ -380,11 +380,6 @@ class OffPolicySchedule:
     def describe(self) -> dict[str, Any]:
         return self.ctx.placement.describe() | {"exchange": self.ctx.config.exchange}
 
-    def summary(self, train_s: float) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 class OffPolicyFused(OffPolicySchedule):

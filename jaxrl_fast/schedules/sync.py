@@ -17,7 +17,7 @@ from jaxrl_fast import phases
 from jaxrl_fast.acting import EnvCarry, EnvOptions, EvalPayload, eval_payload, init_env_carry, make_collect, observe
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import EpisodeStats, XlaEnv
-from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, Snapshot, scan_iterations
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, scan_iterations
 
 __all__ = ["LoopState", "OnPolicySync", "SyncLoop", "make_sync_loop"]
 
@@ -95,7 +95,7 @@ def make_sync_loop(
     )
 
 
-class OnPolicySync:
+class OnPolicySync(ScheduleBase):
     """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device."""
 
     def __init__(self, ctx: Context):
@@ -128,12 +128,3 @@ class OnPolicySync:
 
     def eval_payload(self) -> EvalPayload:
         return eval_payload(self.ctx.algo.policy_params(self.state.algo), self.state.env)
-
-    def describe(self) -> dict[str, Any]:
-        return self.ctx.placement.describe()
-
-    def summary(self, train_s: float) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
