@@ -46,17 +46,17 @@ class EvalPayload(NamedTuple):
     obs_moments: RunningMoments
 
 
-def eval_payload(policy: Any, carry: EnvCarry) -> EvalPayload:
-    """The payload for the evaluator, fetched to the host: it must not hold buffers the learner donates."""
-    return jax.device_get(EvalPayload(policy, carry.obs_moments))
-
-
 class EnvCarry(NamedTuple):
     handle: jax.Array  # EnvPool's handle, threaded through every XLA step
     obs: jax.Array  # [B, *obs_shape] latest raw observations
     episodes: EpisodeState
     obs_moments: RunningMoments
     reward_scale: RewardScale
+
+
+def eval_payload(policy: Any, carry: EnvCarry) -> EvalPayload:
+    """The payload for the evaluator, fetched to the host: it must not hold buffers the learner donates."""
+    return jax.device_get(EvalPayload(policy, carry.obs_moments))
 
 
 def observe(options: EnvOptions, moments: RunningMoments, obs: jax.Array) -> jax.Array:
