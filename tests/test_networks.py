@@ -1,5 +1,6 @@
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,3 +18,23 @@ def test_orthogonal_init_is_flax_orthogonal_without_lapack_qr(shape):
     # no QR custom call: jaxlib's CPU QR kernel can deadlock XLA's thread pool (see orthogonal)
     hlo = jax.jit(lambda k: orthogonal(1.4)(k, shape)).lower(key).as_text()
     assert "geqrf" not in hlo and "householder" not in hlo.lower()
+
+
+def test_layer_norm_is_an_option_of_every_network_config():
+    from jaxrl_fast.env import probe_spec
+    from jaxrl_fast.networks import NetworkConfig, make_q_network, make_value_network
+
+    spec = probe_spec("Pendulum-v1")
+    plain = NetworkConfig(hidden_sizes=(8, 8), activation="relu")
+    normed = NetworkConfig(hidden_sizes=(8, 8), activation="relu", layer_norm=True)
+    params = make_value_network(spec, plain).init(jax.random.key(0))["params"]
+    assert sorted(params) == ["Dense_0", "Dense_1", "Dense_2"]  # off: the same parameters as before the option
+    value_net = make_value_network(spec, normed)
+    params = value_net.init(jax.random.key(0))
+    assert sorted(params["params"]) == ["Dense_0", "Dense_1", "Dense_2", "LayerNorm_0", "LayerNorm_1"]
+    # each hidden layer's pre-activations are standardised: scaling the input leaves the value unchanged
+    obs = jax.random.normal(jax.random.key(1), (5, 3))
+    first = value_net.apply(params, obs)
+    np.testing.assert_allclose(value_net.apply(params, 1000.0 * obs), first, rtol=1e-3, atol=1e-3)
+    q_net = make_q_network(spec, normed, num_critics=2)
+    assert q_net.apply(q_net.init(jax.random.key(2)), obs, jnp.zeros((5, 1))).shape == (2, 5)
