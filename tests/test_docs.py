@@ -60,3 +60,13 @@ def test_readme_relative_links_exist() -> None:
         if not (ROOT / path).exists():
             missing.append(target)
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_the_license_pyproject_names_is_in_the_repository() -> None:
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]["text"]
+    assert declared == "Apache-2.0"
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "Copyright 2026 the jaxrl_fast authors" in text
