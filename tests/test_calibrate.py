@@ -43,7 +43,7 @@ def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, 
                  "--run-dir", str(run_dir), "--progress", "off"])
     assert code == 0
     written = json.loads((run_dir / "config.json").read_text())
-    assert written["calibration"]["choice"] == choice and written["num_envs"] == choice["num_envs"]
+    assert written["calibration"]["choice"] == choice and written["train_config"]["num_envs"] == choice["num_envs"]
     assert "choice:" in capsys.readouterr().err
 
 

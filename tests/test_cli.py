@@ -21,11 +21,18 @@ def test_cli_trains_and_writes_the_run_directory(tmp_path):
     proc = run_cli("--total-steps", "6000", "--eval-interval", "2048", "--log-interval", "2048", "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     assert "step" in proc.stderr and "done:" in proc.stderr  # plain progress lines off a terminal
-    config = json.loads((run_dir / "config.json").read_text())
+    assert "ppo on CartPole-v1: 5,888 steps, 8 envs, " in proc.stderr
+    assert "placement single (acting cpu:0, actor cpu:0, critic cpu:0)" in proc.stderr  # words, not a dict
+    recorded = json.loads((run_dir / "config.json").read_text())
+    config = recorded["train_config"]  # the config once: the run's fields and the chosen algorithm's group
     assert config["env"] == "CartPole-v1" and config["algo"] == "ppo" and config["total_steps"] == 6000
     assert config["ppo"]["num_steps"] == 32  # from envs/CartPole-v1.toml
+    assert not {"sac", "td3", "dqn"} & set(config) and not {"env", "algo", "ppo"} & set(recorded)
+    assert recorded["num_threads"] >= 1 and recorded["placement"]["mode"] == "single"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all("step" in line and "wall_s" in line for line in lines)
+    steps = [line["step"] for line in lines]
+    assert steps == sorted(steps)  # evaluation lines, written when they end, are put back in step order
     train_lines = [line for line in lines if "sps" in line]
     eval_lines = [line for line in lines if "eval_return_mean" in line]
     assert train_lines and all("train/policy_loss" in line and "train/value_loss" in line for line in train_lines)
@@ -173,6 +180,8 @@ def test_cli_trains_sac_with_split_placement_and_records_it(tmp_path):
                    "--sac.learning-starts", "500", "--eval-interval", "500", "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     config = json.loads((run_dir / "config.json").read_text())
+    assert "sac on Pendulum-v1: 1,500 steps, 1 env, 1 EnvPool thread, " in proc.stderr  # singular for one
+    assert "placement split (acting cpu:0, actor cpu:0, critic cpu:1, exchange fresh)" in proc.stderr
     assert config["placement"]["actor"] == "cpu:0" and config["placement"]["critic"] == "cpu:1"
     assert config["placement"]["exchange"] == "fresh"
     summary = json.loads((run_dir / "summary.json").read_text())
