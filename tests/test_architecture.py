@@ -117,6 +117,7 @@ def test_each_algorithm_declares_what_the_engine_reads(name):
     assert set(spec.metrics) == reported_metrics(name, spec)
 
 
+@pytest.mark.slow 
 def test_a_new_algorithm_is_one_file(tmp_path):
     """A copy of the package with one more module in algos/ trains it from the CLI, flags and all."""
     package = tmp_path / "jaxrl_fast"

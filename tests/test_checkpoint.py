@@ -46,6 +46,7 @@ def wait_for(predicate, proc, timeout=300.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow 
 def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(tmp_path):
     run_dir = tmp_path / "run"
     # 256 steps per iteration (8 envs x 32), a log line every 4 iterations, a checkpoint every 8
@@ -86,6 +87,7 @@ def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(
     assert policy(obs[0]).shape == ()  # a single observation gives a single action
 
 
+@pytest.mark.slow 
 def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_cli("--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--total-steps", "100000",

@@ -148,6 +148,7 @@ def test_split_needs_two_devices():
 
 
 @pytest.mark.parametrize("algo_name, budget", [("sac", 10_000), ("td3", 12_000)])
+@pytest.mark.slow 
 def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
     config = dataclasses.replace(
         resolve_defaults("Pendulum-v1", algo_name, "classic_control"),
@@ -157,6 +158,7 @@ def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
     assert summary.get("target_step") is not None and summary["target_step"] <= budget
 
 
+@pytest.mark.slow 
 def test_dqn_reaches_475_on_cartpole(tmp_path):
     config = dataclasses.replace(
         resolve_defaults("CartPole-v1", "dqn", "classic_control"),
