@@ -121,6 +121,7 @@ def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_pat
         ("sac", "Pendulum-v1", dict(total_steps=700)),
     ],
 )
+@pytest.mark.slow
 def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, env_id, changes):
     base = resolve_defaults(env_id, algo, "classic_control")
     if algo == "sac":

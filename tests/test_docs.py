@@ -112,3 +112,14 @@ def test_the_load_policy_example_runs_as_written_on_a_short_default_run(tmp_path
                                                         "one observation of shape (4,) or a batch of shape (N, 4)")):
         policy(np.zeros((1, 3)))
     assert policy(np.zeros(4)).shape == () and policy(np.zeros((2, 4))).shape == (2,)
+
+
+def test_the_quick_subset_is_registered_and_documented_with_its_duration() -> None:
+    import tomllib
+
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("slow:") for marker in markers)
+    text = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    for command in ('python -m pytest -q` (the whole suite', 'python -m pytest -q -m "not slow"` (the quick subset'):
+        row = next(line for line in text.splitlines() if command in line)
+        assert re.search(r"\d+ min", row), row  # each with its measured duration
