@@ -1,6 +1,7 @@
 """Frozen configuration dataclasses, one per concern. Nothing mutates a config after parsing.
 
-`python -m jaxrl_fast.train --help` is generated from these by tyro; the defaults it shows are
+`python -m jaxrl_fast.train --help` is generated from these by tyro (each field's docstring is its
+flag's description, one paragraph without line breaks: tyro wraps it); the defaults it shows are
 already resolved from the environment's preset (see `jaxrl_fast.presets`).
 """
 

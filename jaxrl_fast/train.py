@@ -1,7 +1,9 @@
-"""`python -m jaxrl_fast.train`: train an agent; `--help` lists every flag with its resolved default.
+"""`python -m jaxrl_fast.train`: train an agent; `--help` lists the run's flags and the chosen
+algorithm's, each with its resolved default.
 
 Defaults come from the environment's preset (envs/<env>.toml, then envs/defaults.toml by
-family), so the command line is parsed twice: once for `--env` and `--algo`, then in full.
+family), so the command line is parsed twice: once for `--env` and `--algo`, then in full
+(the run's fields and `--algo`'s group only: `config.cli_config`).
 """
 
 from __future__ import annotations
