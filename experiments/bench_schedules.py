@@ -55,7 +55,8 @@ def run(setup: dict, schedule: str, calibrate: bool, cache: Path, quick: bool) -
         if proc.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
         summary = json.loads((run_dir / "summary.json").read_text())
-        config = json.loads((run_dir / "config.json").read_text())
+        recorded = json.loads((run_dir / "config.json").read_text())
+        config = recorded | recorded["train_config"]  # the resolved extras and the flags
         lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     timing = {k: sum(line.get(k, 0.0) for line in lines) for k in ("timing/env_s", "timing/update_s", "timing/overlap_s")}
     row = {

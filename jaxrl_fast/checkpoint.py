@@ -18,6 +18,7 @@ the weights.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -141,14 +142,34 @@ class Checkpointer:
         self._manager.close()
 
 
-def latest_step(run_dir: Path) -> int | None:
-    """The newest complete checkpoint's step, without creating anything."""
+class _ReadOnlyNotices(logging.Filter):
+    """Drops orbax's warnings that a manager is read only: reading is all we mean to do."""
+
+    NOTICES = ("Given directory is read only", "CheckpointManagerOptions.read_only=True")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.NOTICES)
+
+
+def open_read_only(directory: Path) -> Any:
+    """An orbax CheckpointManager that reads `directory` and creates, saves and deletes nothing."""
     import orbax.checkpoint as ocp
 
+    notice = _ReadOnlyNotices()
+    absl_log = logging.getLogger("absl")  # where orbax's absl.logging writes
+    absl_log.addFilter(notice)
+    try:
+        return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True))
+    finally:
+        absl_log.removeFilter(notice)
+
+
+def latest_step(run_dir: Path) -> int | None:
+    """The newest complete checkpoint's step, without creating anything."""
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
     if not directory.is_dir():
         return None
-    with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True)) as manager:
+    with open_read_only(directory) as manager:
         return manager.latest_step()
 
 
@@ -165,6 +186,8 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
 
     Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
     env's action space. Needs the run directory only: no environment, trainer or EnvPool pool.
+    Raises CheckpointError for a step that was not saved (listing those that were) and, when
+    called, for observations of another shape (naming the expected one).
     """
     import orbax.checkpoint as ocp
 
@@ -181,10 +204,13 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     info = json.loads(info_path.read_text())
     config = config_from_dict(info["train_config"])
     spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
-    with ocp.CheckpointManager(directory) as manager:
-        step = manager.latest_step() if step is None else step
-        if step is None:
+    with open_read_only(directory) as manager:
+        saved = sorted(manager.all_steps())
+        if not saved:
             raise CheckpointError(f"no complete checkpoint in {directory}")
+        step = saved[-1] if step is None else step
+        if step not in saved:
+            raise CheckpointError(f"no checkpoint at step {step} in {directory}; saved steps: {', '.join(map(str, saved))}")
         out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(),
                                                             meta=ocp.args.JsonRestore()))
     algo = make_algorithm(config, spec)
@@ -199,9 +225,17 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
 
     def policy(obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs, np.float32)
+        check_observation_shape(obs.shape, tuple(spec.obs_shape), spec.env_id)
         single = obs.shape == tuple(spec.obs_shape)
         actions = np.asarray(act(obs[None] if single else obs))
         return actions[0] if single else actions
 
     policy.step = step  # which checkpoint it came from
     return policy
+
+
+def check_observation_shape(shape: tuple[int, ...], expected: tuple[int, ...], env_id: str) -> None:
+    """Refuse observations that are neither one `expected`-shaped observation nor a batch of them."""
+    if shape != expected and shape[1:] != expected:
+        raise CheckpointError(f"load_policy: observations of shape {shape}; this policy ({env_id}) takes one "
+                              f"observation of shape {expected} or a batch of shape (N, {', '.join(map(str, expected))})")

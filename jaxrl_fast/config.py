@@ -1,12 +1,14 @@
 """Frozen configuration dataclasses, one per concern. Nothing mutates a config after parsing.
 
-`python -m jaxrl_fast.train --help` is generated from these by tyro; the defaults it shows are
+`python -m jaxrl_fast.train --help` is generated from these by tyro (each field's docstring is its
+flag's description, one paragraph without line breaks: tyro wraps it); the defaults it shows are
 already resolved from the environment's preset (see `jaxrl_fast.presets`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +28,7 @@ class RunConfig:
     env: str = "CartPole-v1"
     """EnvPool task id (envpool.list_all_envs() lists them)."""
     seed: int = 0
+    """Seeds the training envs, the parameters and the sampling (evaluation envs get seed + 10,000)."""
     total_steps: int = 100_000
     """Environment steps to train for (summed over all envs)."""
     num_envs: int = 8
@@ -45,68 +48,45 @@ class RunConfig:
     eval_episodes: int = 10
     """Deterministic episodes per evaluation."""
     video_interval: int = 0
-    """Film one deterministic evaluation episode every N evaluations (the first, every N-th after it, and the
-    final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Recorded by the evaluation thread; needs
-    `pip install 'jaxrl_fast[video]'` and an env that renders (classic control, Box2D; MuJoCo with EGL).
-    Off by default: encoding takes CPU that training shares, and MuJoCo needs system OpenGL libraries."""
+    """Film one deterministic evaluation episode every N evaluations (the first, every N-th after it, and the final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Recorded by the evaluation thread; needs `pip install 'jaxrl_fast[video]'` and an env that renders (classic control, Box2D; MuJoCo with EGL). Off by default: encoding takes CPU that training shares, and MuJoCo needs system OpenGL libraries."""
     log_interval: int = 10_000
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"
     """Live progress bar on a terminal, plain periodic lines otherwise."""
     schedule: Literal["sync", "concurrent", "async"] = "sync"
-    """'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the
-    policy of iteration k while learning on the data of iteration k; deterministic for a seed.
-    'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
+    """'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the policy of iteration k while learning on the data of iteration k; deterministic for a seed. 'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
     num_actors: int = 1
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
     env_batch_size: int = 0
-    """async: EnvPool's async mode in each actor when below --num-envs: each recv returns the first
-    this many envs to finish their step, and the policy acts on them while the others step.
-    0: --num-envs (synchronous, the whole chunk one jitted program around EnvPool's XLA step)."""
+    """async: EnvPool's async mode in each actor when below --num-envs: each recv returns the first this many envs to finish their step, and the policy acts on them while the others step. 0: --num-envs (synchronous, the whole chunk one jitted program around EnvPool's XLA step)."""
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
     dispatch_steps: int = 0
-    """Off-policy concurrent and async: fewest environment steps (all envs together) acted per host
-    dispatch, with the matching updates per learner dispatch (the update-to-data ratio is kept).
-    Each dispatch costs the host about a millisecond or more on an accelerator, so one env and one
-    update per iteration would be all overhead; the behaviour policy is then up to this many steps
-    old. 0: 64. The fused sync loop ignores it."""
+    """Off-policy concurrent and async: fewest environment steps (all envs together) acted per host dispatch, with the matching updates per learner dispatch (the update-to-data ratio is kept). Each dispatch costs the host about a millisecond or more on an accelerator, so one env and one update per iteration would be all overhead; the behaviour policy is then up to this many steps old. 0: 64. The fused sync loop ignores it."""
     resume: Path | None = None
-    """Continue the run in this directory from its newest complete checkpoint, with the config it
-    saved; only --total-steps and --progress may be given beside it."""
+    """Continue the run in this directory from its newest complete checkpoint, with the config it saved; only --total-steps and --progress may be given beside it."""
     checkpoint_interval: int = 100_000
-    """Environment steps between checkpoints (0: only at the end). Checkpoints go to
-    RUN_DIR/checkpoints, are written atomically in the background, and hold the whole run state."""
+    """Environment steps between checkpoints (0: only at the end). Checkpoints go to RUN_DIR/checkpoints, are written atomically in the background, and hold the whole run state."""
     keep_checkpoints: int = 3
     """Newest checkpoints kept; older ones are deleted."""
     checkpoint_replay: bool = True
-    """Off-policy: include the replay buffer in checkpoints (large; without it a resumed run refills
-    it with --*.learning-starts steps of random actions, not counted as training steps)."""
+    """Off-policy: include the replay buffer in checkpoints (large; without it a resumed run refills it with --*.learning-starts steps of random actions, not counted as training steps)."""
     calibrate: bool = False
-    """Measure this machine first (or reuse the cached measurement) and train with the sizes it picks:
-    num_envs, EnvPool threads and, off-policy, the update batch size (see `python -m jaxrl_fast.calibrate`)."""
+    """Measure this machine first (or reuse the cached measurement) and train with the sizes it picks: num_envs, EnvPool threads and, off-policy, the update batch size (see `python -m jaxrl_fast.calibrate`)."""
     recalibrate: bool = False
     """Like --calibrate, but measure again instead of reusing the cache."""
     calibration_budget_s: float = 30.0
     """Seconds the calibration pass may spend measuring."""
     placement: Literal["auto", "single", "split"] = "auto"
-    """Off-policy: 'split' updates the actor and the critic as separate programs on separate devices,
-    'single' fuses everything into one program on one device, 'auto' splits when 2+ devices exist."""
+    """Off-policy: 'split' updates the actor and the critic as separate programs on separate devices, 'single' fuses everything into one program on one device, 'auto' splits when 2+ devices exist."""
     exchange: Literal["fresh", "lagged"] = "fresh"
-    """With split placement: 'fresh' gives each update the other role's newest parameters (same
-    results as single); 'lagged' gives the actor the critic from one update earlier, so both
-    updates run at the same time."""
+    """With split placement: 'fresh' gives each update the other role's newest parameters (same results as single); 'lagged' gives the actor the critic from one update earlier, so both updates run at the same time."""
     profile: bool = False
-    """Capture a jax.profiler trace of a window of training calls into RUN_DIR/profile/ (opens in
-    Perfetto and TensorBoard's profile plugin; `python profiling/summarize_trace.py RUN_DIR` gives
-    the time per phase). A training call is one log interval (one metrics line)."""
+    """Capture a jax.profiler trace of a window of training calls into RUN_DIR/profile/ (opens in Perfetto and TensorBoard's profile plugin; `python profiling/summarize_trace.py RUN_DIR` gives the time per phase). A training call is one log interval (one metrics line)."""
     profile_start: int | None = None
-    """--profile: training calls run before the trace starts (default 1: the first carries one-off
-    work; 0 when the run has a single call)."""
+    """--profile: training calls run before the trace starts (default 1: the first carries one-off work; 0 when the run has a single call)."""
     profile_calls: int | None = None
-    """--profile: training calls traced (default 3, or as many as the run has after --profile-start).
-    Every XLA op becomes a trace event: keep the window small. A window given here that does not
-    fit in the run is refused."""
+    """--profile: training calls traced (default 3, or as many as the run has after --profile-start). Every XLA op becomes a trace event: keep the window small. A window given here that does not fit in the run is refused."""
 
 
 # The run's fields, then one group of flags per registered algorithm (`--ppo.*`, `--sac.*`, ...).
@@ -118,6 +98,18 @@ TrainConfig = dataclasses.make_dataclass(
     namespace={"__doc__": RunConfig.__doc__},
 )
 TrainConfig.__module__ = __name__
+
+
+@functools.cache
+def cli_config(algo: str) -> type:
+    """What the command line parses for `--algo algo`: the run's fields and that algorithm's group
+    only, so that `--help` lists the flags that apply (the run is then a `TrainConfig`)."""
+    spec = ALGORITHMS[algo]
+    cls = dataclasses.make_dataclass(
+        "TrainConfig", [(algo, spec.config, dataclasses.field(default_factory=spec.config))],
+        bases=(RunConfig,), frozen=True, namespace={"__doc__": RunConfig.__doc__})
+    cls.__module__ = __name__
+    return cls
 
 
 def algo_config(config: TrainConfig) -> Any:
@@ -148,8 +140,16 @@ def to_dict(config: Any) -> dict[str, Any]:
 ALGO_CONFIGS = {name: spec.config for name, spec in ALGORITHMS.items()}
 
 
+def run_dict(config: TrainConfig) -> dict[str, Any]:
+    """`to_dict` with only the run's algorithm's group (what `config.json` and `policy.json` record;
+    `config_from_dict` fills the other groups with their defaults)."""
+    others = set(ALGO_CONFIGS) - {config.algo}
+    return {name: value for name, value in to_dict(config).items() if name not in others}
+
+
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """The inverse of `to_dict` (what `config.json` records as `train_config`)."""
+    """The inverse of `to_dict` and `run_dict` (what `config.json` records as `train_config`);
+    algorithm groups left out get their defaults."""
 
     def build(cls: Any, values: dict[str, Any]) -> Any:
         names = {f.name for f in dataclasses.fields(cls)}

@@ -3,7 +3,8 @@
 `metrics.jsonl` holds one JSON object per line. Every line has `step` (environment steps so far)
 and `wall_s` (seconds since process start); training lines add `sps` and the losses
 (`train/...`), evaluation lines add `eval_return_mean`, `eval_return_std`, `eval_episodes`.
-Each line is flushed as it is written, so a killed run keeps everything it logged.
+Lines are in step order and each is on disk as soon as it is logged, so a killed run keeps
+everything it logged.
 """
 
 from __future__ import annotations
@@ -90,12 +91,20 @@ def truncate_metrics(path: Path, last_step: int) -> int:
 class MetricsSink:
     """Thread-safe writer of `metrics.jsonl` and TensorBoard scalars (the trainer and the evaluator write).
 
+    The file stays in step order: an evaluation ends in the evaluator's thread after training lines
+    of later steps were written, so its line is put back in place, before them (the lines after it
+    are written again in one `pwrite`; every line is on disk as soon as it is logged).
+
     `purge_step` (resuming): TensorBoard discards the events logged at or after it by the run
     that was interrupted."""
 
+    TAIL_LINES = 256  # lines kept in memory to place a late evaluation line among
+
     def __init__(self, run_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
         self._lock = threading.Lock()
-        self._file = open(run_dir / "metrics.jsonl", "a", buffering=1)
+        self._fd = os.open(run_dir / "metrics.jsonl", os.O_RDWR | os.O_CREAT, 0o644)
+        self._end = os.lseek(self._fd, 0, os.SEEK_END)
+        self._tail: list[tuple[int, bytes]] = []  # (step, line) of the newest lines, in file order
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -106,16 +115,27 @@ class MetricsSink:
         record = {"step": int(step), "wall_s": round(time.time() - PROCESS_START, 3)}
         record.update({k: _json_value(v) for k, v in values.items()})
         with self._lock:
-            self._file.write(json.dumps(record) + "\n")
+            self._insert(int(step), (json.dumps(record) + "\n").encode())
             if self._tb is not None:
                 for key, value in record.items():
                     if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                         self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(step))
         return record
 
+    def _insert(self, step: int, line: bytes) -> None:
+        """Write `line` after the last line of a step <= `step` (the end, unless it comes late)."""
+        later = len(self._tail)
+        while later and self._tail[later - 1][0] > step:
+            later -= 1
+        moved = b"".join(text for _, text in self._tail[later:])
+        os.pwrite(self._fd, line + moved, self._end - len(moved))
+        self._end += len(line)
+        self._tail.insert(later, (step, line))
+        del self._tail[:-self.TAIL_LINES]
+
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            os.close(self._fd)
             if self._tb is not None:
                 self._tb.close()
 

@@ -1,19 +1,26 @@
-"""`python -m jaxrl_fast.train`: train an agent; `--help` lists every flag with its resolved default.
+"""`python -m jaxrl_fast.train`: train an agent; `--help` lists the run's flags and the chosen
+algorithm's, each with its resolved default.
 
 Defaults come from the environment's preset (envs/<env>.toml, then envs/defaults.toml by
-family), so the command line is parsed twice: once for `--env` and `--algo`, then in full.
+family), so the command line is parsed twice: once for `--env` and `--algo`, then in full
+(the run's fields and `--algo`'s group only: `config.cli_config`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from typing import Sequence
 
 from jaxrl_fast.algos import ALGORITHMS
-from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config
+from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config, cli_config
+
+PROG = "python -m jaxrl_fast.train"
+DESCRIPTION = ("Train an agent on an EnvPool environment. Defaults come from the env's preset; only the chosen "
+               "--algo's flag group is listed (`--algo sac --help` shows SAC's flags).")
 
 
 class ConfigError(ValueError):
@@ -73,7 +80,6 @@ RESUME_FLAGS = ("--total-steps", "--progress")  # what may change when a run is 
 
 def resume_config(argv: list[str]) -> TrainConfig | None:
     """The saved config of the run named by `--resume RUN_DIR` (None without the flag)."""
-    import dataclasses
     import json
     from pathlib import Path
 
@@ -131,22 +137,32 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         raise ConfigError(f"--algo: unknown algorithm {known.algo!r}; choose from {', '.join(ALGOS)}")
     family = check_env_id(known.env)
     defaults = resolve_defaults(known.env, known.algo, family)
-    config = tyro.cli(TrainConfig, default=defaults, args=argv, description=__doc__.splitlines()[0])
+    target = cli_config(known.algo)  # the run's flags and --algo's group only
+    parsed = tyro.cli(target, default=target(**{f.name: getattr(defaults, f.name) for f in dataclasses.fields(target)}),
+                      args=argv, prog=PROG, description=DESCRIPTION)
+    config = dataclasses.replace(defaults, **{f.name: getattr(parsed, f.name) for f in dataclasses.fields(target)})
+    check_action_space(config)  # the most basic mismatch first: no size makes SAC act in CartPole
     validate(config)
     return config
 
 
+def check_action_space(config: TrainConfig) -> None:
+    """Refuse an algorithm that cannot act in the env's action space."""
+    from jaxrl_fast.env import probe_spec
+
+    error = ALGORITHMS[config.algo].action_space_error(probe_spec(config.env))
+    if error is not None:
+        raise ConfigError(error)
+
+
 def check_devices(config: TrainConfig) -> None:
-    """Refuse an algorithm that cannot act in the env's action space, a placement the present
-    devices cannot give, and a replay buffer that cannot fit where the run's placement puts it."""
+    """Refuse a placement the present devices cannot give, and a replay buffer that cannot fit
+    where the run's placement puts it."""
     from jaxrl_fast.env import probe_spec
     from jaxrl_fast.placement import resolve
     from jaxrl_fast.replay import ReplayError, check_fits, replay_nbytes
 
     spec = probe_spec(config.env)
-    error = ALGORITHMS[config.algo].action_space_error(spec)
-    if error is not None:
-        raise ConfigError(error)
     placement = resolve(config)
     if config.algo not in OFF_POLICY:
         return

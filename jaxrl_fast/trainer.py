@@ -26,7 +26,7 @@ from jaxrl_fast import placement as placements
 from jaxrl_fast.acting import env_options, observe
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.checkpoint import Checkpointer, Restored, check_finite, write_policy_info
-from jaxrl_fast.config import TrainConfig, family, to_dict
+from jaxrl_fast.config import TrainConfig, family, run_dict
 from jaxrl_fast.curves import LearningCurve
 from jaxrl_fast.env import XlaEnv, make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
@@ -151,18 +151,21 @@ def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Res
 
 
 def record_config(run: Run, calibration: Any) -> None:
-    """config.json: the resolved configuration (a resumed run appends what changed)."""
+    """config.json: the resolved configuration once, as `train_config` (the run's fields and its
+    algorithm's group: what --resume reads), beside what was resolved from it (threads,
+    placement, plan, devices, ...); a resumed run appends what changed."""
     config, run_dir, restored = run.config, run.run_dir, run.restored
     if restored is not None:
         saved = json.loads((run_dir / "config.json").read_text())
-        saved["train_config"] = to_dict(config)  # a longer --total-steps holds for the next resume too
+        saved["train_config"] = run_dict(config)  # a longer --total-steps holds for the next resume too
         saved.setdefault("resumed", []).append({"from_step": restored.step, "total_steps": config.total_steps})
         write_json(run_dir / "config.json", saved)
         return
     plan = dataclasses.asdict(run.plan)
     if family(config) == "off_policy":
         plan["off_policy"] = run_off_policy_plan(config)._asdict()
-    resolved = to_dict(config) | {
+    resolved = {
+        "train_config": run_dict(config),
         "run_dir": str(run_dir),
         "num_threads": run.plan.num_threads,
         "schedule": config.schedule,
@@ -174,8 +177,8 @@ def record_config(run: Run, calibration: Any) -> None:
     }
     if calibration is not None:
         resolved["calibration"] = dataclasses.asdict(calibration)
-    write_json(run_dir / "config.json", resolved | {"train_config": to_dict(config)})
-    write_policy_info(run_dir, {"train_config": to_dict(config), "env_spec": dataclasses.asdict(run.env.spec)})
+    write_json(run_dir / "config.json", resolved)
+    write_policy_info(run_dir, {"train_config": run_dict(config), "env_spec": dataclasses.asdict(run.env.spec)})
 
 
 def build(config: TrainConfig, resume: bool) -> Run:
@@ -323,6 +326,16 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
     return summary
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count:,d} {noun}" + ("" if count == 1 else "s")
+
+
+def placement_text(record: dict[str, Any]) -> str:
+    """The placement record of config.json as the start line says it: `placement single (acting cpu:0, ...)`."""
+    details = [f"{key} {value}" for key, value in record.items() if key not in ("mode", "learner", "fused")]
+    return f"placement {record['mode']} ({', '.join(details)})"
+
+
 def train(config: TrainConfig, calibration: Any = None, resume: bool = False) -> dict[str, Any]:
     """Train as configured; returns the summary that is also written to `summary.json`.
 
@@ -335,8 +348,8 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
     message = run.report.progress.message
     if run.restored is not None:
         message(f"resuming {run.run_dir} from its checkpoint at step {run.restored.step:,d}")
-    message(f"{config.algo} on {config.env}: {run.plan.total_steps:,d} steps, {config.num_envs} envs, "
-            f"{run.plan.num_threads} EnvPool threads, placement {run.schedule.describe()} -> {run.run_dir}")
+    message(f"{config.algo} on {config.env}: {run.plan.total_steps:,d} steps, {plural(config.num_envs, 'env')}, "
+            f"{plural(run.plan.num_threads, 'EnvPool thread')}, {placement_text(run.schedule.describe())} -> {run.run_dir}")
     tracer = None
     if config.profile:
         window = profile_window(config.profile_start, config.profile_calls, planned_calls(config))

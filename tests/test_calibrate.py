@@ -21,6 +21,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache" / "jaxrl_fast" / "calibration"
 
 
+@pytest.mark.slow 
 def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, tmp_path, capsys):
     config = resolve_defaults("CartPole-v1", "ppo", "classic_control")
     result = calibration.calibrate(config, budget_s=12.0)
@@ -43,10 +44,11 @@ def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, 
                  "--run-dir", str(run_dir), "--progress", "off"])
     assert code == 0
     written = json.loads((run_dir / "config.json").read_text())
-    assert written["calibration"]["choice"] == choice and written["num_envs"] == choice["num_envs"]
+    assert written["calibration"]["choice"] == choice and written["train_config"]["num_envs"] == choice["num_envs"]
     assert "choice:" in capsys.readouterr().err
 
 
+@pytest.mark.slow 
 def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
     config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), schedule="async", num_envs=8)
     result = calibration.calibrate(config, budget_s=15.0)
@@ -67,6 +69,7 @@ def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
     assert applied.env_batch_size == (choice["env_batch_size"] if choice["env_batch_size"] < choice["num_envs"] else 0)
 
 
+@pytest.mark.slow 
 def test_recalibrate_measures_again(cache):
     config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), num_envs=4)
     first = calibration.calibrate(config, budget_s=6.0)

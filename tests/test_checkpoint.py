@@ -46,6 +46,7 @@ def wait_for(predicate, proc, timeout=300.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow 
 def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(tmp_path):
     run_dir = tmp_path / "run"
     # 256 steps per iteration (8 envs x 32), a log line every 4 iterations, a checkpoint every 8
@@ -63,6 +64,7 @@ def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
     assert "resuming" in out
+    assert "read only" not in out  # orbax's notices about the managers that only read: nothing is wrong
     lines = lines_of(run_dir)
     train_steps = [line["step"] for line in lines if "sps" in line]
     assert train_steps == list(range(1024, 29_952, 1024)) + [29_952]  # every call once, none missing
@@ -85,6 +87,7 @@ def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(
     assert policy(obs[0]).shape == ()  # a single observation gives a single action
 
 
+@pytest.mark.slow 
 def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_cli("--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--total-steps", "100000",
@@ -118,6 +121,7 @@ def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_pat
         ("sac", "Pendulum-v1", dict(total_steps=700)),
     ],
 )
+@pytest.mark.slow
 def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, env_id, changes):
     base = resolve_defaults(env_id, algo, "classic_control")
     if algo == "sac":

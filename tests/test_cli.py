@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,16 +16,24 @@ def run_cli(*args, cwd=None):
     )
 
 
+@pytest.mark.slow 
 def test_cli_trains_and_writes_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("--total-steps", "6000", "--eval-interval", "2048", "--log-interval", "2048", "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     assert "step" in proc.stderr and "done:" in proc.stderr  # plain progress lines off a terminal
-    config = json.loads((run_dir / "config.json").read_text())
+    assert "ppo on CartPole-v1: 5,888 steps, 8 envs, " in proc.stderr
+    assert "placement single (acting cpu:0, actor cpu:0, critic cpu:0)" in proc.stderr  # words, not a dict
+    recorded = json.loads((run_dir / "config.json").read_text())
+    config = recorded["train_config"]  # the config once: the run's fields and the chosen algorithm's group
     assert config["env"] == "CartPole-v1" and config["algo"] == "ppo" and config["total_steps"] == 6000
     assert config["ppo"]["num_steps"] == 32  # from envs/CartPole-v1.toml
+    assert not {"sac", "td3", "dqn"} & set(config) and not {"env", "algo", "ppo"} & set(recorded)
+    assert recorded["num_threads"] >= 1 and recorded["placement"]["mode"] == "single"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all("step" in line and "wall_s" in line for line in lines)
+    steps = [line["step"] for line in lines]
+    assert steps == sorted(steps)  # evaluation lines, written when they end, are put back in step order
     train_lines = [line for line in lines if "sps" in line]
     eval_lines = [line for line in lines if "eval_return_mean" in line]
     assert train_lines and all("train/policy_loss" in line and "train/value_loss" in line for line in train_lines)
@@ -43,6 +52,57 @@ def test_help_shows_preset_resolved_defaults(capsys):
     for flag in ("--algo", "--env", "--seed", "--total-steps", "--num-envs", "--run-dir", "--target-return",
                  "--eval-interval", "--eval-episodes", "--ppo.learning-rate"):
         assert flag in out
+
+
+def help_text(capsys, *args):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def flags_without_description(text):
+    """Flags whose help entry is only `(default: ...)` (help printed wide: a flag, its description, one row)."""
+    lines = text.splitlines()
+    missing = []
+    for line, following in zip(lines, lines[1:] + [""]):
+        if not line.startswith("│ --"):  # a flag starts a row; a description continues indented
+            continue
+        columns = re.split(r" {2,}", line.strip("│ ").strip())
+        description = columns[1] if len(columns) > 1 else following.strip("│ ")  # a long flag: on the next row
+        if not description or description.startswith("(default") or following.startswith("│ --") and len(columns) == 1:
+            missing.append(columns[0])
+    return missing
+
+
+@pytest.mark.parametrize("algo, env", [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("sac", "Pendulum-v1"),
+                                       ("td3", "Pendulum-v1")])
+def test_help_lists_the_run_flags_and_only_the_chosen_algorithms_group_each_described(capsys, monkeypatch, algo, env):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert len(help_text(capsys, "--algo", algo, "--env", env).splitlines()) < 200  # was 294 with every group
+    monkeypatch.setenv("COLUMNS", "400")
+    text = help_text(capsys, "--algo", algo, "--env", env)
+    assert text.splitlines()[0].startswith("usage: python -m jaxrl_fast.train ")
+    assert "--algo sac --help" in text  # says how to see another algorithm's flags
+    assert f"--{algo}.gamma" in text
+    assert not [other for other in ("ppo", "dqn", "sac", "td3") if other != algo and f"--{other}." in text]
+    assert flags_without_description(text) == []
+
+
+def test_help_sentences_are_not_broken_mid_phrase(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough that tyro wraps nothing: every line break is ours
+    text = help_text(capsys, "--algo", "sac", "--env", "Pendulum-v1")
+    lines = text.splitlines()
+    # an indented row after a row that is not a bare flag continues a description
+    continued = [line.strip("│ ") for previous, line in zip(lines, lines[1:])
+                 if line.startswith("│" + " " * 20) and not (previous.startswith("│ --") and "  " not in previous.strip("│ ").strip())]
+    assert continued == []
+
+
+def test_a_flag_of_another_algorithm_is_refused(tmp_path):
+    proc = run_cli("--algo", "sac", "--env", "Pendulum-v1", "--ppo.gamma", "0.9", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode != 0 and "--ppo.gamma" in proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -95,6 +155,8 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
     [
         (["--algo", "dqn", "--env", "Pendulum-v1"], "continuous actions"),
         (["--algo", "sac", "--env", "CartPole-v1"], "discrete actions"),
+        # the action space is checked before sizes: no --total-steps makes SAC act in CartPole
+        (["--algo", "sac", "--env", "CartPole-v1", "--total-steps", "5"], "discrete actions"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--sac.buffer-size", "100", "--sac.batch-size", "256"],
          "smaller than one batch"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--sac.buffer-size", "4000000000000"], "GiB"),
@@ -113,12 +175,15 @@ def test_off_policy_bad_input_is_refused(tmp_path, capsys, args, message):
     assert not run_dir.exists()
 
 
+@pytest.mark.slow 
 def test_cli_trains_sac_with_split_placement_and_records_it(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("--algo", "sac", "--env", "Pendulum-v1", "--placement", "split", "--total-steps", "1500",
                    "--sac.learning-starts", "500", "--eval-interval", "500", "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     config = json.loads((run_dir / "config.json").read_text())
+    assert "sac on Pendulum-v1: 1,500 steps, 1 env, 1 EnvPool thread, " in proc.stderr  # singular for one
+    assert "placement split (acting cpu:0, actor cpu:0, critic cpu:1, exchange fresh)" in proc.stderr
     assert config["placement"]["actor"] == "cpu:0" and config["placement"]["critic"] == "cpu:1"
     assert config["placement"]["exchange"] == "fresh"
     summary = json.loads((run_dir / "summary.json").read_text())

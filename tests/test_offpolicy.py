@@ -110,6 +110,7 @@ def test_split_placement_keeps_each_role_on_its_device():
 
 
 @pytest.mark.parametrize("algo_name, env_id", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+@pytest.mark.slow
 def test_split_with_fresh_exchange_matches_single(algo_name, env_id):
     single = resolve_placement("single")
     assert single.fused and single.actor == (CPU[0],)
@@ -121,6 +122,7 @@ def test_split_with_fresh_exchange_matches_single(algo_name, env_id):
     chex.assert_trees_all_close(results[0], results[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_lagged_exchange_runs_and_differs_from_fresh():
     params = []
     for exchange in ("fresh", "lagged"):
@@ -131,6 +133,7 @@ def test_lagged_exchange_runs_and_differs_from_fresh():
     assert max(diffs) > 0
 
 
+@pytest.mark.slow
 def test_data_parallel_role_matches_one_device():
     """Both roles sharded over both devices (batch split, parameters replicated) == one device."""
     both = tuple(CPU[:2])
@@ -148,6 +151,7 @@ def test_split_needs_two_devices():
 
 
 @pytest.mark.parametrize("algo_name, budget", [("sac", 10_000), ("td3", 12_000)])
+@pytest.mark.slow 
 def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
     config = dataclasses.replace(
         resolve_defaults("Pendulum-v1", algo_name, "classic_control"),
@@ -157,6 +161,7 @@ def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
     assert summary.get("target_step") is not None and summary["target_step"] <= budget
 
 
+@pytest.mark.slow 
 def test_dqn_reaches_475_on_cartpole(tmp_path):
     config = dataclasses.replace(
         resolve_defaults("CartPole-v1", "dqn", "classic_control"),

@@ -4,6 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxrl_fast.acting import EnvOptions
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
@@ -15,6 +16,7 @@ from jaxrl_fast.schedules.sync import make_sync_loop
 from jaxrl_fast.trainer import train
 
 
+@pytest.mark.slow 
 def test_ppo_learns_cartpole(tmp_path):
     """The default preset, fixed seed and budget: the final deterministic evaluation is solved."""
     config = dataclasses.replace(
@@ -26,6 +28,7 @@ def test_ppo_learns_cartpole(tmp_path):
     assert summary["eval_failures"] == 0
 
 
+@pytest.mark.slow 
 def test_target_return_stops_at_first_evaluation_that_reaches_it(tmp_path):
     config = dataclasses.replace(
         resolve_defaults("CartPole-v1", "ppo", "classic_control"),

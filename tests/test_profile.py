@@ -33,6 +33,7 @@ def trace_files(run_dir: Path) -> tuple[list[Path], list[Path]]:
     return list(sessions.glob("*/*.xplane.pb")), list(sessions.glob("*/*.trace.json.gz"))
 
 
+@pytest.mark.slow 
 def test_ppo_profile_writes_a_trace_that_summarizes_per_phase(tmp_path, capsys):
     run_dir = tmp_path / "ppo"
     argv = [*PPO_ARGS, "--run-dir", str(run_dir), "--profile", "--profile-start", "1", "--profile-calls", "2"]
@@ -62,6 +63,7 @@ def test_ppo_profile_writes_a_trace_that_summarizes_per_phase(tmp_path, capsys):
     assert all(row in table for row in ("env", "inference", "update", "transfer", "other", "idle", "wall"))
 
 
+@pytest.mark.slow
 def test_off_policy_split_profile_shows_transfers(tmp_path):
     # SAC with the actor and the critic on two (fake CPU) devices: host-driven programs and copies.
     run_dir = tmp_path / "sac"
@@ -76,6 +78,7 @@ def test_off_policy_split_profile_shows_transfers(tmp_path):
     assert seconds["env"] > 0 and seconds["inference"] > 0 and seconds["update"] > 0 and seconds["transfer"] > 0
 
 
+@pytest.mark.slow
 def test_a_trace_that_cannot_start_does_not_stop_training(tmp_path):
     jax.profiler.start_trace(str(tmp_path / "someone_elses_trace"))  # only one trace may run at a time
     try:

@@ -23,6 +23,7 @@ def metric_lines(run_dir):
         ("dqn", "CartPole-v1", dict(total_steps=3000, log_interval=400, placement="split")),
     ],
 )
+@pytest.mark.slow 
 def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_path, algo, env_id, extra):
     family = "classic_control"
     base = resolve_defaults(env_id, algo, family)
@@ -42,6 +43,7 @@ def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_
     assert sum(line["timing/overlap_s"] for line in timing) > 0  # environment stepping ran during updates
 
 
+@pytest.mark.slow 
 def test_concurrent_ppo_still_learns_cartpole(tmp_path):
     config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), schedule="concurrent",
                                  run_dir=tmp_path / "run", progress="off")
@@ -58,6 +60,7 @@ def async_config(tmp_path, **changes):
     dict(num_actors=2),  # each actor one jitted program around EnvPool's XLA step
     dict(num_actors=1, num_envs=4, env_batch_size=2),  # EnvPool's async mode, streams staged on the host
 ], ids=["xla-step", "async-mode"])
+@pytest.mark.slow 
 def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actors):
     summary = train(async_config(tmp_path, total_steps=12_000, target_return=-200.0, max_policy_lag=2, **actors))
     assert summary.get("target_step") is not None  # reached -200
