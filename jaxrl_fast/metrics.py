@@ -33,7 +33,10 @@ def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
 def check_run_dir(path: Path) -> None:
     """Raise RunDirError if `path` already holds a run or cannot be created and written."""
     if (path / "config.json").exists():
-        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or continue it with --resume {path}")
+        started = any(p.name.isdigit() for p in (path / "checkpoints").glob("*"))
+        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or "
+                          + (f"continue it with --resume {path}" if started else
+                             f"start it over from its saved config with --resume {path} (it has no checkpoint yet)"))
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--run-dir: {path} exists and is not a directory")
     existing = path
@@ -87,20 +90,42 @@ def truncate_metrics(path: Path, last_step: int) -> int:
     return dropped
 
 
+TB_EVENTS = "events.out.tfevents.*"
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The lines of `metrics.jsonl` (none when it does not exist)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 class MetricsSink:
     """Thread-safe writer of `metrics.jsonl` and TensorBoard scalars (the trainer and the evaluator write).
 
-    `purge_step` (resuming): TensorBoard discards the events logged at or after it by the run
-    that was interrupted."""
+    `metrics.jsonl` is the record. Resuming (`rebuild_tensorboard`), the event files are written
+    anew from it: a killed run loses the events its writer had not flushed yet (every 10 s), and
+    TensorBoard's purge only hides later steps, so patching the old files cannot make them agree."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, rebuild_tensorboard: bool = False):
         self._lock = threading.Lock()
-        self._file = open(run_dir / "metrics.jsonl", "a", buffering=1)
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir), flush_secs=10, purge_step=purge_step)
+            if rebuild_tensorboard:
+                for events in run_dir.glob(TB_EVENTS):
+                    events.unlink()
+            self._tb = SummaryWriter(str(run_dir), flush_secs=10)
+            if rebuild_tensorboard:
+                for record in read_metrics(run_dir / "metrics.jsonl"):
+                    self._add_scalars(record)
+        self._file = open(run_dir / "metrics.jsonl", "a", buffering=1)
+
+    def _add_scalars(self, record: dict[str, Any]) -> None:
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(record["step"]))
 
     def write(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
         record = {"step": int(step), "wall_s": round(time.time() - PROCESS_START, 3)}
@@ -108,9 +133,7 @@ class MetricsSink:
         with self._lock:
             self._file.write(json.dumps(record) + "\n")
             if self._tb is not None:
-                for key, value in record.items():
-                    if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                        self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(step))
+                self._add_scalars(record)
         return record
 
     def close(self) -> None:
