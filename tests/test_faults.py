@@ -153,8 +153,9 @@ def test_a_second_sigint_during_a_long_call_stops_at_once(tmp_path):
 def test_sigterm_during_the_last_call_is_honoured(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_cli("--total-steps", "400000", "--log-interval", "200000", "--eval-interval", "0",
-                     "--run-dir", str(run_dir))
-    wait_for(lambda: (run_dir / "metrics.jsonl").exists() and lines_of(run_dir), proc)  # the first of two calls is done
+                     "--checkpoint-interval", "0", "--run-dir", str(run_dir))
+    # the first of two calls is done (and no checkpoint follows it): the second, last one starts
+    wait_for(lambda: (run_dir / "metrics.jsonl").exists() and lines_of(run_dir), proc)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 130, out
