@@ -6,13 +6,14 @@ first second (imports, compilation) is a stop request like any other, never lost
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 from typing import Any, Literal
 
-FIRST_SIGNAL = "{name}: stopping after the training call in flight (Ctrl-C again to stop at once)\n"
+FIRST_SIGNAL = "{name}: stopping after the training call in flight, if one runs (Ctrl-C again to stop at once)\n"
 SECOND_SIGINT = b"second SIGINT: stopped at once, without a final checkpoint; --resume continues from the newest one\n"
 
 
@@ -39,14 +40,16 @@ class StopRequest:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.signal is not None and signum == signal.SIGINT:
             if self.second == "exit":
-                sys.stdout.flush()
+                with contextlib.suppress(Exception):  # a flush the handler interrupted may refuse a second one
+                    sys.stdout.flush()
+                    sys.stderr.flush()
                 os.write(2, SECOND_SIGINT)
                 os._exit(130)
             self.forced = True
             raise KeyboardInterrupt
-        if self.signal is None:
+        first, self.signal = self.signal is None, signum  # set before writing: a second signal can land mid-write
+        if first:
             os.write(2, FIRST_SIGNAL.format(name=signal.Signals(signum).name).encode())
-        self.signal = signum
 
     @property
     def name(self) -> str:

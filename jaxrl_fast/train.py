@@ -6,11 +6,15 @@ family), so the command line is parsed twice: once for `--env` and `--algo`, the
 
 from __future__ import annotations
 
+import sys
+
 from jaxrl_fast.stopping import StopRequest
 
-# `python -m jaxrl_fast.train`: catch SIGINT/SIGTERM before the imports below (seconds, JAX among
-# them), so that a Ctrl-C in the first second is a stop request like any later one, never lost.
-EARLY_STOP = StopRequest(second="exit").__enter__() if __name__ == "__main__" else None
+# `python -m jaxrl_fast.train` or the `jaxrl-fast-train` script (never a mere import): catch SIGINT and
+# SIGTERM before the imports below (seconds, JAX among them), so that a Ctrl-C in the first second
+# is a stop request like any later one, never lost.
+STARTED_AS_COMMAND = __name__ == "__main__" or sys.argv[0].endswith("jaxrl-fast-train")
+EARLY_STOP = StopRequest(second="exit").__enter__() if STARTED_AS_COMMAND else None
 
 import argparse
 import contextlib
@@ -18,7 +22,6 @@ import dataclasses
 import logging
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Sequence
 

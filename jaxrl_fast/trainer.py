@@ -381,9 +381,9 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False, st
     if config.profile:
         window = profile_window(config.profile_start, config.profile_calls, planned_calls(config))
         tracer = CallTracer(run.run_dir / PROFILE_DIR, window)
-    stop = StopRequest() if stop is None else stop
+    owned, stop = stop is None, stop or StopRequest()
     try:
-        with stop:
+        with stop if owned else contextlib.nullcontext():  # the CLI's stays in place for finish() too
             train_calls(run, progress, stop, tracer)
     except KeyboardInterrupt:
         progress.interrupted, progress.forced = True, stop.forced
