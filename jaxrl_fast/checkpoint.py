@@ -17,9 +17,13 @@ the weights.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+import os
+import re
+import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -37,6 +41,44 @@ class CheckpointError(ValueError):
 
 class NonFiniteError(RuntimeError):
     pass
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint that could not be written (a full disk, a file-size limit); the ones before it stay."""
+
+
+def write_failure(error: BaseException) -> str:
+    """One line for a failed write: the OS's reason when the innermost error names one (orbax wraps it
+    in a page of tensorstore context), else the innermost error's first line."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    text = str(error)
+    code = re.search(r"os_error_code='(\d+)'", text)
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return os.strerror(int(code.group(1))) if code else f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@functools.cache  # once per process
+def _ignore_late_write_callbacks() -> None:
+    """After a failed write, the writes still in flight finish into the event loop orbax closed, and
+    each would print a traceback of `RuntimeError: Event loop is closed` (through sys.excepthook,
+    from tensorstore's threads); the failure is reported once, by the save."""
+
+    def closed_loop(error: BaseException) -> bool:
+        return isinstance(error, RuntimeError) and "Event loop is closed" in str(error)
+
+    excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
+    sys.excepthook = lambda kind, error, tb: None if closed_loop(error) else excepthook(kind, error, tb)
+    sys.unraisablehook = lambda unraisable: None if closed_loop(unraisable.exc_value) else unraisablehook(unraisable)
+
+
+class _DropErrors(logging.Filter):
+    """Orbax logs the traceback of a failed background write before the save reports it, and asyncio
+    the error of each write still in flight; the save reports the failure in one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
 
 
 def _is_key(leaf: Any) -> bool:
@@ -108,6 +150,7 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
+        _ignore_late_write_callbacks()
         self.directory = Path(run_dir).resolve() / CHECKPOINT_DIR
         self._manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
@@ -119,8 +162,21 @@ class Checkpointer:
         policy_flat, policy_paths = flatten_state(policy)
         flat, policy_flat = jax.tree.map(np.array, jax.device_get((flat, policy_flat)))
         meta = dict(meta, step=int(step), paths=paths, policy_paths=policy_paths)
-        self._manager.save(int(step), args=ocp.args.Composite(
-            state=ocp.args.StandardSave(flat), policy=ocp.args.StandardSave(policy_flat), meta=ocp.args.JsonSave(meta)))
+        quiet = _DropErrors()
+        logging.getLogger("absl").addFilter(quiet)
+        try:
+            self._manager.save(int(step), args=ocp.args.Composite(
+                state=ocp.args.StandardSave(flat), policy=ocp.args.StandardSave(policy_flat), meta=ocp.args.JsonSave(meta)))
+            # Wait for the background write: a failure is reported at this step, not at the next save
+            # (the host copy above is what the training calls overlapped with; writing it takes little more).
+            self._manager.wait_until_finished()
+        except Exception as failure:
+            # the writes still in flight fail too, and asyncio would log each task's error when it is collected
+            logging.getLogger("asyncio").addFilter(_DropErrors())
+            raise CheckpointSaveError(f"the checkpoint at step {step:,d} could not be written to {self.directory}: "
+                                      f"{write_failure(failure)}") from failure
+        finally:
+            logging.getLogger("absl").removeFilter(quiet)
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()

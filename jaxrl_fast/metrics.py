@@ -34,7 +34,10 @@ def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
 def check_run_dir(path: Path) -> None:
     """Raise RunDirError if `path` already holds a run or cannot be created and written."""
     if (path / "config.json").exists():
-        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or continue it with --resume {path}")
+        started = any(p.name.isdigit() for p in (path / "checkpoints").glob("*"))
+        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or "
+                          + (f"continue it with --resume {path}" if started else
+                             f"start it over from its saved config with --resume {path} (it has no checkpoint yet)"))
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--run-dir: {path} exists and is not a directory")
     existing = path
@@ -88,6 +91,16 @@ def truncate_metrics(path: Path, last_step: int) -> int:
     return dropped
 
 
+TB_EVENTS = "events.out.tfevents.*"
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The lines of `metrics.jsonl` (none when it does not exist)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 class MetricsSink:
     """Thread-safe writer of `metrics.jsonl` and TensorBoard scalars (the trainer and the evaluator write).
 
@@ -95,21 +108,33 @@ class MetricsSink:
     of later steps were written, so its line is put back in place, before them (the lines after it
     are written again in one `pwrite`; every line is on disk as soon as it is logged).
 
-    `purge_step` (resuming): TensorBoard discards the events logged at or after it by the run
-    that was interrupted."""
+    `metrics.jsonl` is the record. Resuming (`rebuild_tensorboard`), the event files are written
+    anew from it: a killed run loses the events its writer had not flushed yet (every 10 s), and
+    TensorBoard's purge only hides later steps, so patching the old files cannot make them agree."""
 
     TAIL_LINES = 256  # lines kept in memory to place a late evaluation line among
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, rebuild_tensorboard: bool = False):
         self._lock = threading.Lock()
-        self._fd = os.open(run_dir / "metrics.jsonl", os.O_RDWR | os.O_CREAT, 0o644)
-        self._end = os.lseek(self._fd, 0, os.SEEK_END)
-        self._tail: list[tuple[int, bytes]] = []  # (step, line) of the newest lines, in file order
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir), flush_secs=10, purge_step=purge_step)
+            if rebuild_tensorboard:
+                for events in run_dir.glob(TB_EVENTS):
+                    events.unlink()
+            self._tb = SummaryWriter(str(run_dir), flush_secs=10)
+            if rebuild_tensorboard:
+                for record in read_metrics(run_dir / "metrics.jsonl"):
+                    self._add_scalars(record)
+        self._fd = os.open(run_dir / "metrics.jsonl", os.O_RDWR | os.O_CREAT, 0o644)
+        self._end = os.lseek(self._fd, 0, os.SEEK_END)
+        self._tail: list[tuple[int, bytes]] = []  # (step, line) of the newest lines, in file order
+
+    def _add_scalars(self, record: dict[str, Any]) -> None:
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(record["step"]))
 
     def write(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
         record = {"step": int(step), "wall_s": round(time.time() - PROCESS_START, 3)}
@@ -117,9 +142,7 @@ class MetricsSink:
         with self._lock:
             self._insert(int(step), (json.dumps(record) + "\n").encode())
             if self._tb is not None:
-                for key, value in record.items():
-                    if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                        self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(step))
+                self._add_scalars(record)
         return record
 
     def _insert(self, step: int, line: bytes) -> None:

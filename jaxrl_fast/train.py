@@ -8,11 +8,23 @@ family), so the command line is parsed twice: once for `--env` and `--algo`, the
 
 from __future__ import annotations
 
+import sys
+
+from jaxrl_fast.stopping import StopRequest
+
+# `python -m jaxrl_fast.train` or the `jaxrl-fast-train` script (never a mere import): catch SIGINT and
+# SIGTERM before the imports below (seconds, JAX among them), so that a Ctrl-C in the first second
+# is a stop request like any later one, never lost.
+STARTED_AS_COMMAND = __name__ == "__main__" or sys.argv[0].endswith("jaxrl-fast-train")
+EARLY_STOP = StopRequest(second="exit").__enter__() if STARTED_AS_COMMAND else None
+
 import argparse
+import contextlib
 import dataclasses
 import logging
+import math
 import os
-import sys
+from pathlib import Path
 from typing import Sequence
 
 from jaxrl_fast.algos import ALGORITHMS
@@ -25,6 +37,11 @@ DESCRIPTION = ("Train an agent on an EnvPool environment. Defaults come from the
 
 class ConfigError(ValueError):
     pass
+
+
+EVAL_SEED_OFFSET = 10_000  # trainer.EVAL_SEED_OFFSET, repeated so that validation needs no JAX import
+
+
 
 
 def validate(config: TrainConfig) -> None:
@@ -50,6 +67,13 @@ def validate(config: TrainConfig) -> None:
          f"--env-batch-size {config.env_batch_size} (EnvPool's async mode) is for the --schedule async actors; "
          f"the {config.schedule} schedule steps all --num-envs together inside its jitted program")
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
+    max_seed = 2**31 - 1 - EVAL_SEED_OFFSET - max(config.num_envs, config.eval_episodes)  # EnvPool seeds are int32
+    need(0 <= config.seed <= max_seed, f"--seed must be between 0 and {max_seed} (EnvPool seeds env i with "
+         f"--seed + i in 32 bits, evaluation envs with --seed + {EVAL_SEED_OFFSET} + i), got {config.seed}")
+    need(config.target_return is None or math.isfinite(config.target_return),
+         f"--target-return must be a finite number, got {config.target_return}")
+    need(config.run_dir is None or str(config.run_dir) not in ("", "."),
+         "--run-dir must name a directory for the run, not the current directory (leave it out for runs/<env>__<algo>__<seed>__<time>)")
     for message in ALGORITHMS[config.algo].validate(algo_config(config), config):
         raise ConfigError(message)
     if config.schedule == "async":
@@ -81,7 +105,6 @@ RESUME_FLAGS = ("--total-steps", "--progress")  # what may change when a run is 
 def resume_config(argv: list[str]) -> TrainConfig | None:
     """The saved config of the run named by `--resume RUN_DIR` (None without the flag)."""
     import json
-    from pathlib import Path
 
     from jaxrl_fast.checkpoint import latest_step
     from jaxrl_fast.config import config_from_dict
@@ -105,8 +128,10 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
         raise ConfigError(f"--resume: {saved} was written by a version without checkpoints")
     if not os.access(run_dir, os.W_OK):
         raise ConfigError(f"--resume: {run_dir} is not writable")
-    if latest_step(run_dir) is None:
-        raise ConfigError(f"--resume: {run_dir} has no complete checkpoint yet (checkpoints/ is empty)")
+    done = latest_step(run_dir)  # None: stopped before its first checkpoint, the trainer starts it over
+    if done is not None and known.total_steps is not None and known.total_steps < done:
+        raise ConfigError(f"--resume: {run_dir} has trained {done:,d} steps already; --total-steps {known.total_steps:,d} "
+                          "is below that (give a larger one to train longer, or leave it out)")
     config = config_from_dict(data["train_config"])
     # sizes already applied; the profile window counted the calls of the first process, its trace is kept
     changes: dict = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False, profile=False)
@@ -187,7 +212,27 @@ def check_video(config: TrainConfig) -> None:
         raise ConfigError(str(error)) from None
 
 
+def make_run_dir(config: TrainConfig) -> Path:
+    """Create the new run's directory now, so that one the system refuses (/proc/x, a full disk) is a
+    one-line error before anything is compiled."""
+    from jaxrl_fast.metrics import RunDirError, default_run_dir
+
+    run_dir = Path(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"--run-dir: {run_dir} cannot be created ({error.strerror})") from None
+    return run_dir
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; its exit status: 0 done, 1 a run stopped by an error (a NaN, a failed checkpoint
+    write), 2 bad input, 130 stopped by SIGINT or SIGTERM."""
+    with EARLY_STOP or StopRequest(second="exit") as stop:
+        return run_command(argv, stop)
+
+
+def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
     from jaxrl_fast.env import EnvError
     from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
     from jaxrl_fast.placement import PlacementError
@@ -201,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
         check_devices(config)
         check_video(config)
+        if config.resume is None:  # last: everything else is checked before the directory exists
+            config = dataclasses.replace(config, run_dir=make_run_dir(config))
     except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -214,15 +261,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             validate(config)
         except ConfigError as error:
+            with contextlib.suppress(OSError):  # the empty directory made for the run
+                config.run_dir.rmdir()
             print(f"error: the calibrated sizes do not fit the other flags: {error}", file=sys.stderr)
             return 2
-    from jaxrl_fast.checkpoint import NonFiniteError
+    if stop.signal is not None:  # before training began (imports, checks, calibration)
+        if config.resume is None:
+            with contextlib.suppress(OSError):
+                config.run_dir.rmdir()
+        print(f"{stop.name}: stopped before training began; nothing was written", file=sys.stderr)
+        return 130
+    from jaxrl_fast.checkpoint import CheckpointSaveError, NonFiniteError, latest_step
     from jaxrl_fast.trainer import train
 
     try:
-        summary = train(config, calibration, resume=config.resume is not None)
-    except NonFiniteError as error:
-        print(f"error: {error}; training stopped, the last good checkpoint is kept", file=sys.stderr)
+        summary = train(config, calibration, resume=config.resume is not None, stop=stop)
+    except (NonFiniteError, CheckpointSaveError) as error:
+        step = latest_step(config.run_dir)
+        kept = (f"the last good checkpoint (step {step:,d}) is kept" if step is not None else
+                f"no checkpoint was written; --resume {config.run_dir} starts the run over")
+        print(f"error: {error}; training stopped, {kept}", file=sys.stderr)
         return 1
     return 130 if summary["interrupted"] else 0
 

@@ -9,15 +9,17 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
 import logging
-import signal
+import math
+import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -25,20 +27,24 @@ import numpy as np
 from jaxrl_fast import placement as placements
 from jaxrl_fast.acting import env_options, observe
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.checkpoint import Checkpointer, Restored, check_finite, write_policy_info
+from jaxrl_fast.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveError, NonFiniteError, Restored, check_finite,
+                                   latest_step, write_policy_info)
 from jaxrl_fast.config import TrainConfig, family, run_dict
-from jaxrl_fast.curves import LearningCurve
+from jaxrl_fast.curves import CURVE_FILE, LearningCurve
 from jaxrl_fast.env import XlaEnv, make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
-from jaxrl_fast.metrics import (PROCESS_START, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
-                                truncate_metrics, write_json)
+from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
+                                read_metrics, truncate_metrics, write_json)
 from jaxrl_fast.plan import Plan, make_plan, planned_calls, run_off_policy_plan
 from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, profile_window
 from jaxrl_fast.schedules import Context, Schedule, make_schedule
+from jaxrl_fast.stopping import StopRequest
+from jaxrl_fast.video import VIDEO_DIR
 
 log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 10_000  # evaluation envs are seeded apart from the training envs
+
 
 
 class TargetWatch:
@@ -57,30 +63,6 @@ class TargetWatch:
             self.reached.set()
 
 
-class StopRequest:
-    """SIGINT/SIGTERM during training: the first asks the loop to stop after the call in flight
-    (and write a final checkpoint); a second SIGINT interrupts at once."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal = signum
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 @dataclasses.dataclass
 class Run:
     """A run's parts, as `build` assembles them."""
@@ -96,19 +78,33 @@ class Run:
     report: Report
 
 
+class LoggedEval(NamedTuple):
+    """An evaluation that metrics.jsonl holds already (from the process a resumed run continues)."""
+
+    step: int
+    mean: float
+    std: float
+
+
 class Report:
     """Everything a run writes as it goes: metrics lines, TensorBoard, progress, the learning curve,
     and the evaluation results (kept by step: the final evaluation reuses one of the last step)."""
 
     def __init__(self, config: TrainConfig, run_dir: Path, plan: Plan, restored: Restored | None):
-        self.sink = MetricsSink(run_dir, purge_step=restored.step + 1 if restored else None)
+        self.sink = MetricsSink(run_dir, rebuild_tensorboard=restored is not None)
         self.progress = ProgressDisplay(plan.total_steps, config.progress)
         self.target = TargetWatch(config.target_return)
         self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}")
         self.results: dict[int, EvalResult] = {}
+        # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
+        self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
+                       for line in read_metrics(run_dir / "metrics.jsonl") if "eval_return_mean" in line} if restored else {}
 
     def evaluation(self, result: EvalResult) -> None:
         """Called where the evaluation ran (the evaluator's thread), never in training."""
+        if not math.isfinite(result.mean):  # parameters that went NaN in the call the NaN guard stops at
+            log.warning("the evaluation at step %d gave a non-finite return; it is not logged", result.step)
+            return
         self.results[result.step] = result
         self.sink.write(result.step, {
             "eval_return_mean": result.mean,
@@ -139,6 +135,9 @@ def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Res
         from jaxrl_fast.video import check_video_support
 
         check_video_support(config.env)
+    if resume and latest_step(Path(config.run_dir)) is None:  # stopped before its first checkpoint
+        clear_outputs(Path(config.run_dir))
+        return Path(config.run_dir), Checkpointer(Path(config.run_dir), config.keep_checkpoints), None
     if resume:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
@@ -148,6 +147,16 @@ def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Res
         return run_dir, checkpointer, restored
     run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
+
+
+RUN_OUTPUTS = ("metrics.jsonl", "summary.json", CURVE_FILE, TB_EVENTS, CHECKPOINT_DIR, VIDEO_DIR, PROFILE_DIR)
+
+
+def clear_outputs(run_dir: Path) -> None:
+    """Remove what a run wrote besides config.json, so that it can start over in its directory."""
+    for pattern in RUN_OUTPUTS:
+        for path in run_dir.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def record_config(run: Run, calibration: Any) -> None:
@@ -186,7 +195,7 @@ def build(config: TrainConfig, resume: bool) -> Run:
     run_dir, checkpointer, restored = open_run(config, resume)
     plan = make_plan(config)
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
-    env_seed = (config.seed + restored.step) % 2**31 if restored else config.seed
+    env_seed = (config.seed + restored.step) % (2**31 - config.num_envs) if restored else config.seed
     env = make_xla_env(config.env, config.num_envs, plan.num_threads, env_seed)
     algo = make_algorithm(config, env.spec)
     plan = make_plan(config, algo)
@@ -219,6 +228,7 @@ class Progress:
     compile_s: float = 0.0
     saved_at: int = 0  # iterations at the newest checkpoint
     interrupted: bool = False
+    forced: bool = False  # a second SIGINT cut the call in flight short: its state is gone
     error: BaseException | None = None
     profile: dict | None = None
 
@@ -229,22 +239,43 @@ def save_checkpoint(run: Run, progress: Progress, step: int) -> None:
     progress.saved_at = progress.done
 
 
+def call_in_worker(worker: concurrent.futures.Executor, call: Callable[[], Any]) -> Any:
+    """`call()` on the worker thread while the main thread waits: Python runs signal handlers only in
+    the main thread and only between bytecodes, so a jitted call blocking the main thread would hold
+    back a second Ctrl-C until it returned (minutes, for a long call)."""
+    return worker.submit(call).result()
+
+
+def iterations_to_grid(plan: Plan, done: int) -> int:
+    """Iterations to the next log line of the run's grid (its warm iterations, then every
+    `iterations_per_call`): a resumed run's warm iteration would otherwise shift every later line."""
+    return plan.iterations_per_call - (done - plan.warm_iterations) % plan.iterations_per_call
+
+
 def train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTracer | None) -> None:
     """Training calls until the budget is spent, the target is reached or a signal asks to stop."""
+    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="train-call")
+    try:
+        _train_calls(run, progress, stop, tracer, lambda call: call_in_worker(worker, call))
+    finally:
+        worker.shutdown(wait=not stop.forced)  # a call a second SIGINT cut short is not waited for
+
+
+def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTracer | None, work: Callable) -> None:
     plan, schedule, config = run.plan, run.schedule, run.config
     checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
-    progress.compile_s = schedule.start(run.restored)
+    progress.compile_s = work(lambda: schedule.start(run.restored))
     progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
     while progress.done < plan.total_iterations and not run.report.target.reached.is_set():
         if stop.signal is not None:
             raise KeyboardInterrupt
-        n = min(plan.iterations_per_call, plan.total_iterations - progress.done)
+        n = min(iterations_to_grid(plan, progress.done), plan.total_iterations - progress.done)
         step = plan.step_at(progress.done)
         traced = tracer.call(calls, step, plan.step_at(progress.done + n)) if tracer else contextlib.nullcontext()
         with traced:  # starting and stopping a trace happen outside the timed call
             begin = time.perf_counter()
-            result = schedule.run(n)
+            result = work(lambda: schedule.run(n))
             elapsed = time.perf_counter() - begin
         progress.train_s += elapsed
         progress.done += n
@@ -256,15 +287,17 @@ def train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTra
                             result.metrics, result.episodes)
         if checkpoint_every and progress.done - progress.saved_at >= checkpoint_every:
             save_checkpoint(run, progress, step)
+    if stop.signal is not None:  # one that came during the last call is honoured too
+        raise KeyboardInterrupt
 
 
-def final_evaluation(run: Run, progress: Progress, steps: int) -> EvalResult | None:
+def final_evaluation(run: Run, progress: Progress, steps: int) -> EvalResult | LoggedEval | None:
     """The evaluation of the last step (reused when the evaluator ran it already)."""
     final: EvalResult | None = None
     try:
         if progress.done and not progress.interrupted and progress.error is None:
             run.evaluator.wait_idle(timeout=600)
-            final = run.report.results.get(steps)
+            final = run.report.results.get(steps) or run.report.logged.get(steps)
             if final is None:
                 final = run.evaluator.evaluate(run.schedule.eval_payload(), steps)
                 run.report.evaluation(final)
@@ -281,12 +314,15 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
     """The final checkpoint and evaluation, then summary.json."""
     plan, report, evaluator = run.plan, run.report, run.evaluator
     steps = plan.step_at(progress.done) if progress.done else 0
-    if progress.error is None and progress.done > progress.saved_at:  # the end (or an interruption) is a checkpoint too
+    if progress.error is None and not progress.forced and progress.done > progress.saved_at:  # the end (or an interruption) is a checkpoint too
         try:
             save_checkpoint(run, progress, steps)
-        except Exception as failure:  # e.g. state donated to a call that a second Ctrl-C cut short
-            log.error("the final checkpoint could not be written: %s", failure)
-    run.checkpointer.close()
+        except Exception as failure:  # a failed write: the run ends with an error, the last good checkpoint stays
+            progress.error = failure
+    try:
+        run.checkpointer.close()
+    except Exception as failure:  # the write that failed reports again here; it was reported once
+        log.debug("closing the checkpointer: %s", failure)
     final = final_evaluation(run, progress, steps)
     trained = progress.done * plan.steps_per_iteration
     summary = {
@@ -336,13 +372,17 @@ def placement_text(record: dict[str, Any]) -> str:
     return f"placement {record['mode']} ({', '.join(details)})"
 
 
-def train(config: TrainConfig, calibration: Any = None, resume: bool = False) -> dict[str, Any]:
+def train(config: TrainConfig, calibration: Any = None, resume: bool = False, stop: StopRequest | None = None) -> dict[str, Any]:
     """Train as configured; returns the summary that is also written to `summary.json`.
 
     `calibration` (a `jaxrl_fast.calibrate.Calibration` already applied to `config`) is recorded
     in `config.json`. `resume=True` continues the run in `config.run_dir` from its newest
-    complete checkpoint (`python -m jaxrl_fast.train --resume RUN_DIR`)."""
+    complete checkpoint (`python -m jaxrl_fast.train --resume RUN_DIR`), or starts it over from its
+    saved config when it stopped before its first checkpoint. `stop`: the CLI's, installed before
+    its imports (by default one that raises KeyboardInterrupt on a second SIGINT)."""
     run = build(config, resume)
+    if resume and run.restored is None:
+        run.report.progress.message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config")
     record_config(run, calibration)
     progress = Progress(saved_at=run.restored.meta["iterations"] if run.restored else 0)
     message = run.report.progress.message
@@ -354,15 +394,18 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False) ->
     if config.profile:
         window = profile_window(config.profile_start, config.profile_calls, planned_calls(config))
         tracer = CallTracer(run.run_dir / PROFILE_DIR, window)
-    stop = StopRequest()
+    owned, stop = stop is None, stop or StopRequest()
     try:
-        with stop:
+        with stop if owned else contextlib.nullcontext():  # the CLI's stays in place for finish() too
             train_calls(run, progress, stop, tracer)
     except KeyboardInterrupt:
-        progress.interrupted = True
-        name = signal.Signals(stop.signal).name if stop.signal else "SIGINT"
-        message(f"{name}: writing a final checkpoint and the summary of what ran")
-    except Exception as failure:  # a failing schedule thread or a non-finite value: stop, keep what was written
+        progress.interrupted, progress.forced = True, stop.forced
+        message(f"{stop.name}: " + ("stopped at once, without a final checkpoint" if stop.forced else
+                                    "writing a final checkpoint and the summary of what ran" if progress.done else
+                                    f"stopped before the first training call; --resume {run.run_dir} starts the run over"))
+    except (NonFiniteError, CheckpointSaveError) as failure:  # the caller reports these in one line
+        progress.error = failure
+    except Exception as failure:  # a failing schedule thread: stop, keep what was written
         progress.error = failure
         log.error("training stopped: %s", failure)
     finally:
