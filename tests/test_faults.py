@@ -105,7 +105,7 @@ def test_a_run_killed_before_its_first_checkpoint_is_started_over_by_resume(tmp_
     assert [line["step"] for line in lines_of(run_dir) if "sps" in line] == [2048]
     assert checkpoint_steps(run_dir) == [2048]
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
-    config = json.loads((run_dir / "config.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())["train_config"]
     assert config["total_steps"] == 2048 and config["log_interval"] == 3_000_000  # the saved config, with the new budget
 
 
