@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import sys
 import warnings
 from typing import Any, Callable, NamedTuple
@@ -182,8 +183,10 @@ def spec_of(pool: Any, env_id: str) -> EnvSpec:
     )
 
 
+@functools.lru_cache(maxsize=None)
 def probe_spec(env_id: str) -> EnvSpec:
-    """The spec of an env id, from a one-env pool that is closed again at once."""
+    """The spec of an env id, from a one-env pool that is closed again at once (once per id: the
+    CLI's checks ask for it more than once, and a MuJoCo pool takes a while to build)."""
     pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0)
     try:
         return spec_of(pool, env_id)

@@ -105,12 +105,17 @@ def warm_iterations(config: TrainConfig) -> int:
     return 0
 
 
+def env_threads(config: TrainConfig) -> int:
+    """EnvPool worker threads: --num-threads, or one per env up to the CPU cores."""
+    return config.num_threads or min(config.num_envs, os.cpu_count() or 1)
+
+
 def make_plan(config: TrainConfig, algorithm: Any = None) -> Plan:
     """The run's sizes; `algorithm` (the built bundle) gives the update frames per iteration."""
     steps_per_iteration, warmup_steps = iteration_steps(config)
     total_iterations = max(1, (config.total_steps - warmup_steps) // steps_per_iteration)
     return Plan(
-        num_threads=config.num_threads or min(config.num_envs, os.cpu_count() or 1),
+        num_threads=env_threads(config),
         steps_per_iteration=steps_per_iteration,
         warmup_steps=warmup_steps,
         total_iterations=total_iterations,

@@ -187,10 +187,10 @@ def check_devices(config: TrainConfig) -> None:
     from jaxrl_fast.placement import resolve
     from jaxrl_fast.replay import ReplayError, check_fits, replay_nbytes
 
-    spec = probe_spec(config.env)
     placement = resolve(config)
     if config.algo not in OFF_POLICY:
         return
+    spec = probe_spec(config.env)
     hyper = algo_config(config)
     nbytes = replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, "float32", spec.action_shape,
                            "int32" if spec.discrete else "float32")

@@ -35,7 +35,7 @@ from jaxrl_fast.env import XlaEnv, make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 read_metrics, truncate_metrics, write_json)
-from jaxrl_fast.plan import Plan, make_plan, planned_calls, run_off_policy_plan
+from jaxrl_fast.plan import Plan, env_threads, make_plan, planned_calls, run_off_policy_plan
 from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, profile_window
 from jaxrl_fast.schedules import Context, Schedule, make_schedule
 from jaxrl_fast.stopping import StopRequest
@@ -193,10 +193,9 @@ def record_config(run: Run, calibration: Any) -> None:
 def build(config: TrainConfig, resume: bool) -> Run:
     """Everything a run needs, in the order each part needs the others."""
     run_dir, checkpointer, restored = open_run(config, resume)
-    plan = make_plan(config)
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
     env_seed = (config.seed + restored.step) % (2**31 - config.num_envs) if restored else config.seed
-    env = make_xla_env(config.env, config.num_envs, plan.num_threads, env_seed)
+    env = make_xla_env(config.env, config.num_envs, env_threads(config), env_seed)
     algo = make_algorithm(config, env.spec)
     plan = make_plan(config, algo)
     options = env_options(config)

@@ -43,7 +43,7 @@ from jaxrl_fast.plan import run_off_policy_plan
 from jaxrl_fast.replay import Row, add_many, init_replay
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
 from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
-from jaxrl_fast.schedules.offpolicy import make_pieces
+from jaxrl_fast.schedules.offpolicy import checkpointed_fields, make_pieces
 from jaxrl_fast.schedules.timing import PhaseClock
 
 ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
@@ -207,7 +207,7 @@ class AsyncSchedule(ScheduleBase):
             return add_many(replay, merge_block(rows, keep)), episodes
 
         self._add_block = jax.jit(add_block, donate_argnums=0)
-        self.fields = ("actor", "critic", "key", "iteration", "updates") + (("replay",) if config.checkpoint_replay else ())
+        self.fields = checkpointed_fields(config)
 
     # -- actors ----------------------------------------------------------------------------
     def _actor(self, index: int, warmup_chunks: int) -> None:

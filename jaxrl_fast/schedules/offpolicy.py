@@ -342,6 +342,11 @@ class HostDrivenLoop:
         return state, metrics, total_episodes(finished)
 
 
+def checkpointed_fields(config: Any) -> tuple[str, ...]:
+    """What of an `OffPolicyState` a checkpoint holds: the learner's state, the buffer if asked for."""
+    return ("actor", "critic", "key", "iteration", "updates") + (("replay",) if config.checkpoint_replay else ())
+
+
 class OffPolicySchedule(ScheduleBase):
     """What both off-policy loops share as a schedule: start, snapshot, payload. Subclasses pick the loop."""
 
@@ -353,7 +358,7 @@ class OffPolicySchedule(ScheduleBase):
         self.loop = make_off_policy_loop(ctx.algo, ctx.env, ctx.options, self.off_policy_plan, ctx.placement,
                                          config.exchange, ctx.plan.iterations_per_call, ctx.plan.eval_every_iterations,
                                          ctx.on_eval, concurrent=self.concurrent)
-        self.fields = ("actor", "critic", "key", "iteration", "updates") + (("replay",) if config.checkpoint_replay else ())
+        self.fields = checkpointed_fields(config)
 
     def start(self, restored: Any | None) -> float:
         env = self.ctx.env
