@@ -1,0 +1,193 @@
+"""Time to threshold of jaxrl_fast and its peers, side by side, in one sequence on one machine.
+
+The protocol of `experiments/peers/README.md`: one fresh process per seed, the clock starting at
+the process's creation, a deterministic 10-episode evaluation every N env steps, stop at the first
+mean at or above the threshold. jaxrl_fast runs twice per task:
+
+- **cold**: every seed gets an empty compilation cache directory, so every program compiles;
+- **warm**: the seeds share one cache directory that an untimed run (seed 1000) filled first.
+
+Peers run when their virtual environments exist under `$PEERS_HOME` (set-up: `peers/README.md`);
+otherwise their columns say so. Nothing else should run on the machine meanwhile.
+
+    python experiments/ttt_side_by_side.py                     # seeds 0-3, all three tasks
+    python experiments/ttt_side_by_side.py --seeds 0,1,2,3,4,5,6,7 --tasks ppo_cartpole
+
+Writes `experiments/results/ttt_side_by_side.json` (`--out`) and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEERS_DIR = HERE / "peers"
+WARMUP_SEED = 1000
+
+# Our arguments per task (the same as peers/ttt_jaxrl_fast.sh), and each peer's script and venv.
+TASKS = {
+    "ppo_cartpole": {
+        "title": "PPO CartPole-v1, to 475",
+        "args": ["--algo", "ppo", "--env", "CartPole-v1", "--target-return", "475", "--eval-interval", "5000"],
+        "peers": {"sb3": ("venv-peers", "ttt_ppo_cartpole_sb3.py"), "sbx": ("venv-peers", "ttt_ppo_cartpole_sbx.py"),
+                  "rejax": ("venv-rejax", "ttt_ppo_cartpole_rejax.py")},
+        "goal": 0.5,
+    },
+    "sac_pendulum": {
+        "title": "SAC Pendulum-v1, to -200",
+        "args": ["--algo", "sac", "--env", "Pendulum-v1", "--target-return", "-200", "--eval-interval", "1000"],
+        "peers": {"sb3": ("venv-peers", "ttt_sac_pendulum_sb3.py"), "sbx": ("venv-peers", "ttt_sac_pendulum_sbx.py"),
+                  "rejax": ("venv-rejax", "ttt_sac_pendulum_rejax.py")},
+        "goal": 0.5,
+    },
+    "dqn_cartpole": {
+        "title": "DQN CartPole-v1, to 475",
+        "args": ["--algo", "dqn", "--env", "CartPole-v1", "--target-return", "475", "--eval-interval", "2500"],
+        "peers": {"sbx": ("venv-peers", "ttt_dqn_cartpole_sbx.py")},
+        "goal": 0.3,
+    },
+}
+
+
+def run_ours(task: str, seed: int, cache_dir: Path, out: Path) -> dict:
+    """One seed of jaxrl_fast in a fresh process; the figures come from its summary.json."""
+    run_dir = out / f"{task}-{seed}-{cache_dir.name}"
+    command = [sys.executable, "-m", "jaxrl_fast.train", "--run-dir", str(run_dir), "--seed", str(seed),
+               "--progress", "off", "--eval-episodes", "10", *TASKS[task]["args"]]
+    env = {**os.environ, "JAXRL_FAST_COMPILE_CACHE_DIR": str(cache_dir)}
+    started = time.time()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=out)
+    row = {"seed": seed, "outer_wall_s": round(time.time() - started, 3)}
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {**row, "error": f"exit {done.returncode}: {done.stderr[-800:]}"}
+    seconds = summary.get("time_to_target_s")
+    return {**row, "reached": seconds is not None, "seconds": seconds, "steps": summary.get("target_step"),
+            "compile_s": summary.get("compile_s")}
+
+
+def ours(task: str, seeds: list[int], cache: str, out: Path) -> dict:
+    """All seeds of one task with a cold (empty per seed) or warm (shared, pre-filled) cache."""
+    shared = Path(tempfile.mkdtemp(prefix="cache-warm-", dir=out))
+    if cache == "warm":
+        run_ours(task, WARMUP_SEED, shared, out)  # fills the cache; not reported
+    runs = []
+    for seed in seeds:
+        cache_dir = shared if cache == "warm" else Path(tempfile.mkdtemp(prefix=f"cache-cold-{seed}-", dir=out))
+        runs.append(run_ours(task, seed, cache_dir, out))
+        print(f"  jaxrl_fast {cache} seed {seed}: {runs[-1]}", flush=True)
+    return summarise(runs)
+
+
+def peer(venv: Path, script: str, seeds: list[int]) -> dict:
+    """One peer's script over all seeds (it starts one process per seed itself)."""
+    command = [str(venv / "bin" / "python"), str(PEERS_DIR / script), "--seeds", ",".join(map(str, seeds))]
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"error": f"exit {done.returncode}: {done.stderr[-800:]}"}
+    result = json.loads(lines[-1])
+    runs = [{"seed": r.get("seed"), "reached": r.get("reached"), "seconds": r.get("seconds"),
+             "steps": r.get("steps"), "outer_wall_s": r.get("outer_wall_s")} for r in result.get("runs", [])]
+    return {**summarise(runs), "versions": result.get("versions")}
+
+
+def summarise(runs: list[dict]) -> dict:
+    reached = [r for r in runs if r.get("reached")]
+    summary = {"runs": runs, "reached": f"{len(reached)}/{len(runs)}"}
+    if runs and len(reached) == len(runs):  # a median only over seeds that all reached the threshold
+        summary["median_s"] = statistics.median(r["seconds"] for r in reached)
+        summary["max_s"] = max(r["seconds"] for r in reached)
+        summary["median_steps"] = statistics.median(r["steps"] for r in reached)
+    return summary
+
+
+def verdict(task: str, rows: dict) -> str:
+    """Whether our cold median meets the issue's goal against the fastest peer that ran."""
+    peers = {name: row["median_s"] for name, row in rows["peers"].items() if "median_s" in row}
+    cold = rows["jaxrl_fast"]["cold"].get("median_s")
+    if not peers or cold is None:
+        return "no comparison"
+    name, fastest = min(peers.items(), key=lambda item: item[1])
+    ratio = cold / fastest
+    goal = TASKS[task]["goal"]
+    met = ratio <= goal
+    if task == "dqn_cartpole":  # and every seed under the peer's median
+        met = met and rows["jaxrl_fast"]["cold"]["max_s"] < fastest
+    return f"{ratio:.2f}x {name} (goal {goal}x): {'met' if met else 'not met'}"
+
+
+def table(results: dict) -> str:
+    peers = sorted({name for task in results["tasks"].values() for name in task["peers"]})
+    lines = ["| task | jaxrl_fast cold | jaxrl_fast warm | " + " | ".join(peers) + " | cold vs fastest peer |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in peers) + " | --- |"]
+
+    def cell(row: dict | None) -> str:
+        if row is None:
+            return "-"
+        if "median_s" in row:
+            return f"{row['median_s']:.2f} s ({row['median_steps']:,.0f} steps)"
+        return row.get("skipped") or f"reached {row.get('reached', '?')}"
+
+    for task, rows in results["tasks"].items():
+        ours_cells = [cell(rows["jaxrl_fast"].get(mode)) for mode in ("cold", "warm")]
+        peer_cells = [cell(rows["peers"].get(name)) for name in peers]
+        lines.append(f"| {TASKS[task]['title']} | " + " | ".join(ours_cells + peer_cells) + f" | {rows['verdict']} |")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "loadavg_before": os.getloadavg()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2,3")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    parser.add_argument("--peers-home", type=Path,
+                        default=Path(os.environ.get("PEERS_HOME", Path.home() / ".cache" / "jaxrl-peers")))
+    parser.add_argument("--no-peers", action="store_true", help="time jaxrl_fast only")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "ttt_side_by_side.json")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    tasks = args.tasks.split(",")
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
+
+    results = {"machine": machine(), "seeds": seeds, "tasks": {}}
+    with tempfile.TemporaryDirectory(prefix="ttt-") as scratch:
+        for task in tasks:
+            print(f"{task}:", flush=True)
+            rows = {"jaxrl_fast": {mode: ours(task, seeds, mode, Path(scratch)) for mode in ("cold", "warm")},
+                    "peers": {}}
+            for name, (venv, script) in TASKS[task]["peers"].items():
+                if args.no_peers or not (args.peers_home / venv / "bin" / "python").exists():
+                    rows["peers"][name] = {"skipped": "not run" if args.no_peers else f"no {venv}"}
+                    continue
+                rows["peers"][name] = peer(args.peers_home / venv, script, seeds)
+                print(f"  {name}: {rows['peers'][name].get('median_s')} s median", flush=True)
+            rows["verdict"] = verdict(task, rows)
+            results["tasks"][task] = rows
+    results["machine"]["loadavg_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(table(results))
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
