@@ -2,6 +2,7 @@
 
     python experiments/bench_offpolicy.py                 # all tables -> experiments/results/
     python experiments/bench_offpolicy.py --batches 256 1024 --skip-time-to-target
+    python experiments/bench_offpolicy.py --buffer-sizes 20000 1000000   # buffer size table only
 
 Update frame rate (Spreeze's "network update frame rate") = batch size x gradient updates per
 second, for SAC with HalfCheetah-v4 sizes (17-dim observations, 6-dim actions, 256x256 actor and
@@ -11,6 +12,12 @@ twin critics), measured three ways in one process:
   * single: training with the fused program (acting + updates), one env, one update per step;
   * split: training with the actor and the critic on separate devices (fresh and lagged exchange).
 With no accelerator, the devices are two XLA CPU devices sharing the machine's cores.
+
+Buffer size (`--buffer-sizes`): env steps/s of SAC Pendulum-v1 `sync`, fused program, the preset
+(one env, one update per step, batch 256), for each buffer size; the sizes are measured in turn
+(ABAB...), `--repeats` rounds, and the median is reported, so that a slow spell of a shared machine
+hits every size alike. Steps/s that fall as the buffer grows mean the program touches whole columns
+per step (it copied them once: see `add_many`).
 
 Time to -200 on Pendulum-v1 is `python -m jaxrl_fast.train --algo sac --env Pendulum-v1` in a
 fresh process per seed, from process start to the first evaluation (10 deterministic episodes,
@@ -95,6 +102,37 @@ def training_rate(batch: int, iterations: int, placement_name: str, exchange: st
     return iterations * plan.updates_per_iteration * batch / elapsed, iterations * loop.steps_per_iteration / elapsed
 
 
+def pendulum_loop(buffer_size: int):
+    """SAC Pendulum-v1 `sync` with its preset, fused on one device, after the warm-up."""
+    config = resolve_defaults("Pendulum-v1", "sac", "classic_control")
+    hyper = dataclasses.replace(config.sac, buffer_size=buffer_size)
+    env = make_xla_env("Pendulum-v1", config.num_envs, 1, seed=0)
+    plan = off_policy_plan(hyper, config.num_envs)
+    loop = make_off_policy_loop(make_algorithm(dataclasses.replace(config, sac=hyper), env.spec), env,
+                                EnvOptions(False, False, hyper.gamma), plan, resolve_placement("single", env),
+                                "fresh", CALL, 0, None)
+    state, _ = loop.warmup(loop.init(jax.random.key(0), env.handle, env.reset()))
+    state, _, _ = loop.run(state, CALL)  # compile
+    jax.block_until_ready(state)
+    return loop, state
+
+
+def buffer_size_rates(sizes: list[int], repeats: int, calls: int) -> list[dict]:
+    """Median env steps/s per buffer size over `repeats` interleaved rounds of `calls` calls each."""
+    loops = {size: pendulum_loop(size) for size in sizes}
+    rates: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(repeats):
+        for size in sizes:
+            loop, state = loops[size]
+            start = time.perf_counter()
+            for _ in range(calls):
+                state, metrics, _ = loop.run(state, CALL)
+            jax.block_until_ready((state, metrics))
+            rates[size].append(calls * CALL * loop.steps_per_iteration / (time.perf_counter() - start))
+            loops[size] = (loop, state)
+    return [{"buffer_size": size, "median_sps": sorted(r)[len(r) // 2], "sps": r} for size, r in rates.items()]
+
+
 def time_to_target(seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
@@ -115,11 +153,25 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=400_000, help="update frames per timed measurement")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--skip-time-to-target", action="store_true")
+    parser.add_argument("--buffer-sizes", type=int, nargs="+",
+                        help="only the buffer size table: SAC Pendulum-v1 sync steps/s at these buffer sizes")
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds of the buffer size table")
+    parser.add_argument("--calls", type=int, default=4, help=f"calls of {CALL} iterations per round and size")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_offpolicy.json")
     args = parser.parse_args()
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, devices {[str(d) for d in jax.devices()]}"
     print(f"machine: {machine}")
+    if args.buffer_sizes:
+        table = buffer_size_rates(args.buffer_sizes, args.repeats, args.calls)
+        print("| buffer size | env steps/s (median) | rounds |")
+        print("|---|---|---|")
+        for row in table:
+            print(f"| {row['buffer_size']:,} | {row['median_sps']:,.0f} | {', '.join(f'{r:,.0f}' for r in row['sps'])} |")
+        out = args.out if args.out != RESULTS / "bench_offpolicy.json" else RESULTS / "bench_offpolicy_buffer_size.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"machine": machine, "command": " ".join(sys.argv), "buffer_size": table}, indent=2))
+        return
     rows = []
     print("| batch | update alone (frames/s) | single: frames/s | single: env steps/s | split fresh: frames/s | "
           "split lagged: frames/s | split fresh: env steps/s |")

@@ -107,8 +107,19 @@ def add_rows(state: ReplayState, row: Row) -> ReplayState:
 
 
 def add_many(state: ReplayState, rows: Row) -> ReplayState:
-    """Write `[T, num_envs, ...]` rows in time order."""
-    return jax.lax.scan(lambda s, row: (add_rows(s, row), None), state, rows)[0]
+    """Write `[T, num_envs, ...]` rows in time order.
+
+    A loop over the ring positions head..head+T-1, whose trip count XLA cannot know at compile
+    time, so even a one-row write stays a loop of its own. Unrolled (as a length-1 scan is), the
+    write fuses into the sampling gathers that follow it in the same program; those then read the
+    old column while it is updated in place, and XLA copies whole columns every iteration.
+    """
+    start = state.head
+
+    def body(i: jax.Array, state: ReplayState) -> ReplayState:
+        return add_rows(state, jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i - start, keepdims=False), rows))
+
+    return jax.lax.fori_loop(start, start + rows.obs.shape[0], body, state)
 
 
 def num_sampleable(state: ReplayState, n_step: int) -> jax.Array:

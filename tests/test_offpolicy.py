@@ -1,4 +1,6 @@
 import dataclasses
+import math
+import re
 
 import chex
 import jax
@@ -170,3 +172,42 @@ def test_dqn_reaches_475_on_cartpole(tmp_path):
     )
     summary = train(config)
     assert summary.get("target_step") is not None and summary["target_step"] <= 100_000
+
+
+def buffer_sized_copies(hlo: str, min_elements: int) -> list[str]:
+    """The `copy` instructions of an optimized HLO module that move `min_elements` or more elements
+    (a tuple-shaped copy counts the elements of all its arrays)."""
+    found = []
+    for line in hlo.splitlines():
+        match = re.match(r"\s*(?:ROOT\s+)?%\S+\s*=\s*(.+?)\s+(copy|copy-start)\(", line)
+        if match is None:
+            continue
+        sizes = [math.prod(int(d) for d in dims.split(",") if d) for dims in re.findall(r"\w+\[([\d,]*)\]", match[1])]
+        if sum(sizes) >= min_elements:
+            found.append(line.strip()[:160])
+    return found
+
+
+def test_hlo_copy_parser_counts_elements():
+    hlo = ("  %copy.1 = pred[200000,1]{1,0} copy(%p)\n  %copy.2 = f32[32,4]{1,0} copy(%q)\n"
+           "  ROOT %copy.3 = (f32[100000]{0}, s32[100000]{0}) copy(%t)\n  %c = f32[300000]{0} add(%a, %b)\n")
+    assert len(buffer_sized_copies(hlo, 200_000)) == 2
+
+
+@pytest.mark.parametrize("algo_name, env_id", [("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+def test_fused_loop_updates_the_buffer_in_place(algo_name, env_id):
+    """One env, one update per step: the compiled fused loop copies no buffer-sized array."""
+    rows = 200_000
+    config = resolve_defaults(env_id, algo_name, env_family(env_id))
+    hyper = dataclasses.replace(getattr(config, algo_name), buffer_size=rows, utd_ratio=1.0, learning_starts=64,
+                                batch_size=32)
+    config = dataclasses.replace(config, num_envs=1, **{algo_name: hyper})
+    env = make_xla_env(env_id, 1, 1, 0)
+    plan = off_policy_plan(hyper, 1)
+    assert (plan.rollout_length, plan.updates_per_iteration, plan.replay_rows) == (1, 1, rows)
+    loop = make_off_policy_loop(make_algorithm(config, env.spec), env, EnvOptions(False, False, 0.99), plan,
+                                resolve_placement("single"), "fresh", 4, 0, None)
+    state = loop.init(jax.random.key(0), env.handle, env.reset())
+    for program, args in ((loop.run, (state, jnp.int32(4))), (loop.warmup, (state,))):
+        hlo = jax.jit(program, donate_argnums=0).lower(*args).compile().as_text()
+        assert buffer_sized_copies(hlo, rows // 2) == []
