@@ -123,13 +123,15 @@ class Restored(NamedTuple):
 
 
 def nonfinite_leaves(tree: Any) -> list[str]:
-    """Tree paths of floating-point leaves holding a NaN or an infinity (one device round trip)."""
+    """Tree paths of floating-point leaves holding a NaN or an infinity (one device-to-host copy)."""
     leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
               if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)]
     if not leaves:
         return []
-    flags = jax.device_get([~jnp.isfinite(x).all() for _, x in leaves])
-    return [path for (path, _), bad in zip(leaves, flags) if bad]
+    # on the host: op by op on the device, each leaf's shape compiled programs of its own (a second of
+    # start-up), and the parameters are small beside one training call
+    values = jax.device_get([x for _, x in leaves])
+    return [path for (path, _), value in zip(leaves, values) if not np.isfinite(value).all()]
 
 
 def check_finite(metrics: dict[str, Any], params: Any, step: int) -> None:
@@ -147,16 +149,25 @@ class Checkpointer:
     """Periodic, atomic checkpoints keeping the newest `keep`; saving runs in the background."""
 
     def __init__(self, run_dir: Path, keep: int):
-        import orbax.checkpoint as ocp
-
-        self._ocp = ocp
-        _ignore_late_write_callbacks()
         self.directory = Path(run_dir).resolve() / CHECKPOINT_DIR
-        self._manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+        self.keep = keep
+        self._opened: Any = None
+
+    @property
+    def _manager(self) -> Any:
+        """orbax's manager, made at the first save or restore: importing orbax takes a few tenths of
+        a second that a run's start-up need not wait for."""
+        if self._opened is None:
+            import orbax.checkpoint as ocp
+
+            _ignore_late_write_callbacks()
+            self._opened = ocp.CheckpointManager(
+                self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True))
+        return self._opened
 
     def save(self, step: int, state: Any, policy: Any, meta: dict[str, Any]) -> None:
-        ocp = self._ocp
+        import orbax.checkpoint as ocp
+
         # Copies on the host before returning: the next training call donates (reuses) the buffers.
         flat, paths = flatten_state(state)
         policy_flat, policy_paths = flatten_state(policy)
@@ -182,7 +193,8 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def restore(self, step: int | None = None) -> Restored:
-        ocp = self._ocp
+        import orbax.checkpoint as ocp
+
         step = self._manager.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
@@ -191,11 +203,13 @@ class Checkpointer:
         return Restored(step, out.meta, dict(out.state))
 
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        if self._opened is not None:
+            self._opened.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        if self._opened is not None:
+            self._opened.wait_until_finished()
+            self._opened.close()
 
 
 class _ReadOnlyNotices(logging.Filter):

@@ -53,6 +53,8 @@ class RunConfig:
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"
     """Live progress bar on a terminal, plain periodic lines otherwise."""
+    compile_cache: bool = True
+    """Keep compiled programs in JAX's persistent compilation cache, so that the next run with the same programs loads them instead of compiling (in $JAXRL_FAST_COMPILE_CACHE_DIR, default ~/.cache/jaxrl_fast/xla, one subdirectory per JAX version). A setting of this process, not of the run: --resume takes it from its own command line."""
     schedule: Literal["sync", "concurrent", "async"] = "sync"
     """'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the policy of iteration k while learning on the data of iteration k; deterministic for a seed. 'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
     num_actors: int = 1
@@ -64,7 +66,7 @@ class RunConfig:
     dispatch_steps: int = 0
     """Off-policy concurrent and async: fewest environment steps (all envs together) acted per host dispatch, with the matching updates per learner dispatch (the update-to-data ratio is kept). Each dispatch costs the host about a millisecond or more on an accelerator, so one env and one update per iteration would be all overhead; the behaviour policy is then up to this many steps old. 0: 64. The fused sync loop ignores it."""
     resume: Path | None = None
-    """Continue the run in this directory from its newest complete checkpoint, with the config it saved; only --total-steps and --progress may be given beside it."""
+    """Continue the run in this directory from its newest complete checkpoint, with the config it saved; only --total-steps, --progress and --no-compile-cache may be given beside it."""
     checkpoint_interval: int = 100_000
     """Environment steps between checkpoints (0: only at the end). Checkpoints go to RUN_DIR/checkpoints, are written atomically in the background, and hold the whole run state."""
     keep_checkpoints: int = 3

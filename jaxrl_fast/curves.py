@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -83,15 +85,52 @@ def draw_learning_curve(points: CurvePoints, path: Path, title: str) -> None:
 
 
 class LearningCurve:
-    """Redraws RUN_DIR/learning_curve.png on demand; a failure is logged and counted, never raised."""
+    """Redraws RUN_DIR/learning_curve.png on its own thread; a failure is logged and counted, never raised.
 
-    def __init__(self, run_dir: Path, title: str):
+    `update()` only asks for a redraw, so an evaluation never waits for matplotlib. Redraws come at
+    most every `interval_s`, the first one `interval_s` after the curve is made: importing
+    matplotlib takes most of a CPU-second, which a short run's evaluations would otherwise share.
+    `close()` draws what is still asked for."""
+
+    def __init__(self, run_dir: Path, title: str, interval_s: float = 10.0):
+        self.interval_s = interval_s
         self.path = Path(run_dir) / CURVE_FILE
         self._metrics = Path(run_dir) / "metrics.jsonl"
         self._title = title
         self.failures = 0
+        self._asked = threading.Condition()
+        self._pending = self._closing = False
+        self._thread: threading.Thread | None = None
 
     def update(self) -> None:
+        with self._asked:
+            self._pending = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="jaxrl_fast-curve", daemon=True)
+                self._thread.start()
+            self._asked.notify()
+
+    def close(self, timeout: float = 120.0) -> None:
+        """Finish the redraw asked for last, then stop the thread."""
+        with self._asked:
+            self._closing = True
+            self._asked.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        due = time.monotonic() + self.interval_s
+        while True:
+            with self._asked:
+                while not self._closing and (not self._pending or time.monotonic() < due):
+                    self._asked.wait(due - time.monotonic() if self._pending else None)
+                if not self._pending:
+                    return
+                self._pending = False
+            self.draw()
+            due = time.monotonic() + self.interval_s
+
+    def draw(self) -> None:
         try:
             draw_learning_curve(read_curve_points(self._metrics), self.path, self._title)
         except Exception as error:  # a picture must never take the evaluation (or training) down

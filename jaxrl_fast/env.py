@@ -108,11 +108,49 @@ class XlaEnv(NamedTuple):
 # Looking up ids and specs.
 
 
-def env_family(env_id: str) -> str:
-    """The EnvPool module family of an id: 'classic_control', 'mujoco', 'atari', ..."""
+# Registered alone when one of them holds the id: `import envpool` registers every family, and
+# some registrations are slow (jumanji's imports matplotlib: ~0.7 s of EnvPool's ~0.9 s).
+LIGHT_FAMILIES = ("classic_control", "box2d", "toy_text")
+
+
+def import_envpool_light() -> Any:
+    """EnvPool's package without its `envpool.entry` (the import of every family's registration);
+    the light families registered. Falls back to the whole `import envpool` if that fails."""
+    import importlib
+    import types
+
+    if "envpool" not in sys.modules:
+        stub = sys.modules.setdefault("envpool.entry", types.ModuleType("envpool.entry"))
+        try:
+            import envpool  # noqa: F401  its `import envpool.entry` finds the stub
+        except Exception:  # a layout this does not know: the whole package, as EnvPool imports it
+            sys.modules.pop("envpool.entry", None)
+            import envpool  # noqa: F401
+        finally:
+            if sys.modules.get("envpool.entry") is stub:
+                del sys.modules["envpool.entry"]  # a later `import envpool.entry` registers the rest
+    try:
+        for family in LIGHT_FAMILIES:
+            importlib.import_module(f"envpool.{family}.registration")
+    except ImportError:
+        import envpool.entry  # noqa: F401
     import envpool.registration
 
-    specs = envpool.registration.registry.specs
+    return envpool.registration.registry
+
+
+def registered_specs(env_id: str) -> dict[str, Any]:
+    """EnvPool's registry of ids, holding `env_id` if EnvPool knows it: the light families' only
+    when one of them holds it, every family's otherwise."""
+    registry = import_envpool_light()
+    if env_id not in registry.specs:
+        import envpool.entry  # noqa: F401  every family
+    return registry.specs
+
+
+def env_family(env_id: str) -> str:
+    """The EnvPool module family of an id: 'classic_control', 'mujoco', 'atari', ..."""
+    specs = registered_specs(env_id)
     if env_id not in specs:
         raise EnvError(unknown_env_message(env_id))
     return specs[env_id][0].split(".")[1]
@@ -120,6 +158,7 @@ def env_family(env_id: str) -> str:
 
 def unknown_env_message(env_id: str) -> str:
     import envpool
+    import envpool.entry  # noqa: F401  every family's ids
 
     known = envpool.list_all_envs()
     close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.6)
@@ -145,9 +184,9 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, batch_siz
     """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
     `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
     Env i is seeded `seed + i` either way."""
+    check_env_id(env_id)  # registers the id's family (and imports EnvPool)
     import envpool
 
-    check_env_id(env_id)
     return envpool.make(
         env_id,
         env_type="gymnasium",

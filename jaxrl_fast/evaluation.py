@@ -86,6 +86,18 @@ def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_step
     return returns, lengths
 
 
+def host_zeros_like(tree: Any) -> Any:
+    """Zeros of each leaf's shape and dtype, on the host's first CPU device: what the evaluator
+    receives from the training program's `io_callback` (committed there: a host numpy array would
+    be another program)."""
+    import jax
+
+    from jaxrl_fast.placement import host_device
+
+    cpu = host_device()
+    return jax.tree.map(lambda x: jax.device_put(np.zeros(np.shape(x), x.dtype), cpu), tree)
+
+
 class Evaluator:
     """Runs deterministic evaluation episodes in a daemon thread.
 
@@ -113,6 +125,7 @@ class Evaluator:
         else:
             self._pool = render_pool(env_id, num_envs=num_episodes, seed=seed)
         self._video = video
+        self.num_episodes = num_episodes
         self._policy = policy
         self._on_result = on_result
         self._max_steps = max_episode_steps
@@ -140,6 +153,23 @@ class Evaluator:
                 self.skipped += 1
             self._pending = (payload, int(step))
             self._wake.notify()
+
+    def prepare(self, payload: Any, obs_shape: tuple[int, ...]) -> threading.Thread:
+        """Compile the policy for payloads shaped like `payload` on a helper thread, so that the first
+        evaluation, in the middle of the first training call, does not wait for it. Zeros stand in
+        for the parameters (the training call may reuse the real ones' buffers meanwhile)."""
+        zeros = host_zeros_like(payload)
+        obs = np.zeros((self.num_episodes, *obs_shape), np.float32)
+
+        def compile_policy() -> None:
+            try:
+                self._policy(zeros, obs)
+            except Exception as error:  # the first evaluation compiles it then, and reports what fails
+                log.debug("compiling the evaluation policy ahead failed: %s", error)
+
+        thread = threading.Thread(target=compile_policy, name="jaxrl_fast-eval-compile", daemon=True)
+        thread.start()
+        return thread
 
     def evaluate(self, payload: Any, step: int) -> EvalResult:
         """Run an evaluation in the calling thread (the final one, filmed when videos are on)."""

@@ -99,7 +99,7 @@ def validate(config: TrainConfig) -> None:
             raise ConfigError(f"{error} (one per --log-interval {config.log_interval} steps of --total-steps "
                               f"{config.total_steps}); lower them, or raise --total-steps or lower --log-interval") from None
 
-RESUME_FLAGS = ("--total-steps", "--progress")  # what may change when a run is resumed
+RESUME_FLAGS = ("--total-steps", "--progress", "--no-compile-cache")  # what may change when a run is resumed
 
 
 def resume_config(argv: list[str]) -> TrainConfig | None:
@@ -113,11 +113,12 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
     pre.add_argument("--resume", type=Path)
     pre.add_argument("--total-steps", type=int)
     pre.add_argument("--progress", choices=("auto", "bar", "plain", "off"))
+    pre.add_argument("--no-compile-cache", action="store_true")
     known, rest = pre.parse_known_args(argv)
     if known.resume is None:
         return None
     if rest:
-        raise ConfigError(f"--resume continues with the run's saved config; only {' and '.join(RESUME_FLAGS)} may be "
+        raise ConfigError(f"--resume continues with the run's saved config; only {', '.join(RESUME_FLAGS)} may be "
                           f"given with it, got {' '.join(rest)}")
     run_dir = known.resume
     saved = run_dir / "config.json"
@@ -134,7 +135,8 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
                           "is below that (give a larger one to train longer, or leave it out)")
     config = config_from_dict(data["train_config"])
     # sizes already applied; the profile window counted the calls of the first process, its trace is kept
-    changes: dict = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False, profile=False)
+    changes: dict = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False, profile=False,
+                         compile_cache=not known.no_compile_cache)  # this process's setting, not the saved one
     if known.total_steps is not None:
         changes["total_steps"] = known.total_steps
     if known.progress is not None:
@@ -251,6 +253,10 @@ def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
     except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if config.compile_cache:  # before calibration, the first thing that compiles
+        from jaxrl_fast import compile_cache
+
+        compile_cache.enable()
     calibration = None
     if config.calibrate or config.recalibrate:
         from jaxrl_fast.calibrate import calibrate

@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
+from jaxrl_fast import compile_cache
 from jaxrl_fast import placement as placements
 from jaxrl_fast.acting import env_options, observe
 from jaxrl_fast.algos import make_algorithm
@@ -264,6 +265,7 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
     plan, schedule, config = run.plan, run.schedule, run.config
     checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
     progress.compile_s = work(lambda: schedule.start(run.restored))
+    run.evaluator.prepare(schedule.eval_payload(), run.env.spec.obs_shape)  # beside the first training call
     progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
     while progress.done < plan.total_iterations and not run.report.target.reached.is_set():
@@ -298,7 +300,8 @@ def final_evaluation(run: Run, progress: Progress, steps: int) -> EvalResult | L
             run.evaluator.wait_idle(timeout=600)
             final = run.report.results.get(steps) or run.report.logged.get(steps)
             if final is None:
-                final = run.evaluator.evaluate(run.schedule.eval_payload(), steps)
+                # placed where the periodic evaluations' payloads arrive, so that it reuses their program
+                final = run.evaluator.evaluate(jax.device_put(run.schedule.eval_payload(), placements.host_device()), steps)
                 run.report.evaluation(final)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         run.evaluator.failures += 1
@@ -323,6 +326,7 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
     except Exception as failure:  # the write that failed reports again here; it was reported once
         log.debug("closing the checkpointer: %s", failure)
     final = final_evaluation(run, progress, steps)
+    report.curve.close()  # its last redraw, before summary.json counts the failures
     trained = progress.done * plan.steps_per_iteration
     summary = {
         "final_eval_return_mean": final.mean if final else None,
@@ -379,6 +383,8 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False, st
     complete checkpoint (`python -m jaxrl_fast.train --resume RUN_DIR`), or starts it over from its
     saved config when it stopped before its first checkpoint. `stop`: the CLI's, installed before
     its imports (by default one that raises KeyboardInterrupt on a second SIGINT)."""
+    if config.compile_cache:  # the CLI did this already; in-process callers (tests, notebooks) get it here
+        compile_cache.enable()
     run = build(config, resume)
     if resume and run.restored is None:
         run.report.progress.message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config")

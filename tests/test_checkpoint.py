@@ -174,7 +174,7 @@ def test_check_finite_names_the_quantity_and_the_step():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--seed", "3"], "only --total-steps and --progress may be given"),
+        (["--seed", "3"], "only --total-steps, --progress, --no-compile-cache may be given"),
     ],
 )
 def test_resume_refuses_other_flags(tmp_path, capsys, args, message):

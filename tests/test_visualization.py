@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from jaxrl_fast import video
-from jaxrl_fast.curves import CURVE_FILE, draw_learning_curve, read_curve_points
+from jaxrl_fast.curves import CURVE_FILE, LearningCurve, draw_learning_curve, read_curve_points
 from jaxrl_fast.evaluation import Evaluator, VideoPlan
 from jaxrl_fast.train import main
 
@@ -105,6 +105,21 @@ def test_learning_curve_reads_what_was_logged_and_skips_a_line_cut_short(tmp_pat
         image.verify()
         assert image.format == "PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["metrics.jsonl", CURVE_FILE])  # the temp file renamed
+
+
+def test_learning_curve_redraws_on_its_own_thread_at_most_every_interval_and_at_close(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 100, "wall_s": 1.0, "eval_return_mean": 20.0,
+                                                        "eval_return_std": 2.0, "eval_episodes": 10}) + "\n")
+    curve = LearningCurve(tmp_path, "test", interval_s=3600)
+    curve.update()
+    curve.update()  # returns at once; no redraw before the interval has passed
+    assert not (tmp_path / CURVE_FILE).exists()
+    curve.close()  # the redraw asked for is done before close returns
+    assert (tmp_path / CURVE_FILE).exists() and curve.failures == 0
+    eager = LearningCurve(tmp_path / "eager", "test", interval_s=0)
+    eager.update()  # no metrics file: the failure is counted, never raised
+    eager.close()
+    assert eager.failures == 1
 
 
 def test_missing_encoder_is_refused_with_the_install_command(monkeypatch):

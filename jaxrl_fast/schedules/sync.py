@@ -7,6 +7,7 @@ EnvPool's XLA step runs inside `lax.scan`, so a call of `run` performs many whol
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -104,16 +105,24 @@ class OnPolicySync(ScheduleBase):
                                    ctx.plan.eval_every_iterations, ctx.on_eval)
 
     def start(self, restored: Any | None) -> float:
-        env = self.ctx.env
-        with jax.default_device(self.ctx.placement.acting):
-            self.state = jax.jit(self.loop.init)(jax.random.key(self.ctx.config.seed), env.handle, env.reset())
-            if restored is not None:
-                saved = restored.into(self.snapshot().state)
-                env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
-                self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
-                                                 env=env_carry)
+        env, acting = self.ctx.env, self.ctx.placement.acting
+        with jax.default_device(acting):
+            args = (jax.random.key(self.ctx.config.seed), env.handle, env.reset())
             begin = time.perf_counter()
-            self._run = self.loop.run.lower(self.state, jnp.int32(0)).compile()  # before the clock starts
+            # The loop compiles from the state's shapes on a second thread while `init` compiles and
+            # runs here: XLA releases the GIL, so the two compilations overlap.
+            where = jax.sharding.SingleDeviceSharding(acting)
+            shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type),
+                                  jax.eval_shape(self.loop.init, *args))
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile-loop") as compiler:
+                compiled = compiler.submit(lambda: self.loop.run.lower(shapes, jnp.int32(0)).compile())
+                self.state = jax.jit(self.loop.init)(*args)
+                if restored is not None:
+                    saved = restored.into(self.snapshot().state)
+                    env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+                    self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
+                                                     env=env_carry)
+                self._run = compiled.result()
             return time.perf_counter() - begin
 
     def run(self, n: int) -> CallResult:

@@ -1,0 +1,114 @@
+"""The persistent compilation cache: on by default, in the configured directory, hit by a second
+process, off with --no-compile-cache, harmless when its directory cannot be written, and shared
+safely by two runs at once. Cache hits are counted from JAX's monitoring events, never timed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxrl_fast import compile_cache
+from jaxrl_fast.config import TrainConfig, run_dict
+from jaxrl_fast.train import resume_config
+
+# Trains through the CLI's main() and prints JAX's compilation-cache event counts as JSON.
+DRIVER = """
+import collections, json, sys
+from jax import monitoring
+events = collections.Counter()
+monitoring.register_event_listener(lambda name, **kw: events.update([name]))
+from jaxrl_fast.train import main
+status = main(sys.argv[1:])
+print(json.dumps({"status": status, "hits": events["/jax/compilation_cache/cache_hits"],
+                  "writes": events["/jax/compilation_cache/cache_misses"]}))
+"""
+SHORT_RUN = ("--algo", "ppo", "--env", "CartPole-v1", "--total-steps", "1024", "--log-interval", "512",
+             "--eval-interval", "0", "--eval-episodes", "2", "--progress", "off")
+
+
+def start(run_dir, cache_dir, *extra):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", JAXRL_FAST_COMPILE_CACHE_DIR=str(cache_dir))
+    return subprocess.Popen([sys.executable, "-c", DRIVER, *SHORT_RUN, "--run-dir", str(run_dir), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def train(run_dir, cache_dir, *extra):
+    return finish(start(run_dir, cache_dir, *extra))
+
+
+def entries(cache_dir):
+    return sorted(p.name for p in cache_dir.rglob("*-cache"))
+
+
+def test_the_cache_directory_comes_from_the_variable_else_the_user_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXRL_FAST_COMPILE_CACHE_DIR", str(tmp_path / "mine"))
+    assert compile_cache.cache_dir("0.10.2") == tmp_path / "mine" / "jax-0.10.2"
+    monkeypatch.delenv("JAXRL_FAST_COMPILE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compile_cache.cache_dir("0.10.2") == tmp_path / "xdg" / "jaxrl_fast" / "xla" / "jax-0.10.2"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert compile_cache.cache_dir("1.0") == tmp_path / "home" / ".cache" / "jaxrl_fast" / "xla" / "jax-1.0"
+
+
+def test_an_unwritable_directory_is_reported_not_raised(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert compile_cache.writable_dir(blocker / "xla") is not None
+    assert compile_cache.writable_dir(tmp_path / "xla") is None
+
+
+def test_resume_takes_the_cache_setting_from_its_own_command_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"train_config": run_dict(TrainConfig(run_dir=tmp_path))}))
+    assert resume_config(["--resume", str(tmp_path)]).compile_cache
+    assert not resume_config(["--resume", str(tmp_path), "--no-compile-cache"]).compile_cache
+
+
+@pytest.mark.slow
+def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_process(tmp_path):
+    cache = tmp_path / "xla"
+    first, _ = train(tmp_path / "a", cache)
+    assert first["writes"] > 0 and first["hits"] == 0
+    written = entries(cache)
+    assert written and all(p.parent.name.startswith("jax-") for p in cache.rglob("*-cache"))  # one directory per JAX version
+    second, _ = train(tmp_path / "b", cache)
+    # every program but the ones around EnvPool's step, whose XLA call carries the pool's address
+    assert second["hits"] >= len(written) - 2 and second["hits"] > 0
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["final_eval_return_mean"] is not None
+
+
+@pytest.mark.slow
+def test_no_compile_cache_writes_nothing(tmp_path):
+    result, _ = train(tmp_path / "run", tmp_path / "xla", "--no-compile-cache")
+    assert result["writes"] == 0 and result["hits"] == 0
+    assert not (tmp_path / "xla").exists()
+
+
+@pytest.mark.slow
+def test_an_unwritable_cache_directory_warns_and_trains(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result, err = train(tmp_path / "run", blocker / "xla")
+    assert result["status"] == 0 and result["writes"] == 0 and result["hits"] == 0
+    assert err.count("is not writable") == 1 and "--no-compile-cache" in err
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_share_one_empty_cache(tmp_path):
+    cache = tmp_path / "xla"
+    procs = [start(tmp_path / f"run{i}", cache, "--seed", str(i)) for i in range(2)]
+    for i, proc in enumerate(procs):
+        result, err = finish(proc)
+        assert result["status"] == 0 and "Traceback" not in err and "cache" not in err.lower(), err
+        summary = json.loads((tmp_path / f"run{i}" / "summary.json").read_text())
+        assert summary["steps"] == 1024 and summary["final_eval_return_mean"] > 0
+    assert entries(cache)

@@ -1,0 +1,58 @@
+"""Start-up: the CLI imports only what a run uses, and EnvPool's light import path gives the
+same envs as `envpool.make` after EnvPool's own import of every family."""
+
+import json
+import subprocess
+import sys
+
+
+def fresh(code):
+    """Run `code` in a fresh interpreter; its last stdout line, parsed as JSON."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_cli_modules_leave_checkpointing_plotting_and_other_env_families_unimported():
+    loaded = fresh("import json, sys; import jaxrl_fast.train, jaxrl_fast.trainer; "
+                   "from jaxrl_fast.env import probe_spec; probe_spec('CartPole-v1'); print(json.dumps(sorted(sys.modules)))")
+    for heavy in ("orbax", "matplotlib", "tensorboardX", "envpool.jumanji", "envpool.mujoco", "envpool.atari"):
+        assert not [name for name in loaded if name == heavy or name.startswith(heavy + ".")], heavy
+    assert "envpool.classic_control" in loaded
+
+
+LIGHT_THEN_FULL = """
+import dataclasses, json, sys
+import numpy as np
+from jaxrl_fast.env import make_pool, spec_of
+pool = make_pool("CartPole-v1", 4, 1, 3)
+light = dataclasses.asdict(spec_of(pool, "CartPole-v1"))
+light_obs = pool.reset()[0].tolist()
+light_steps = [pool.step(np.ones(4, np.int32))[0].tolist() for _ in range(3)]
+families_before = sorted(m for m in sys.modules if m.endswith(".registration"))
+import envpool, envpool.entry
+ref = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4, batch_size=4, num_threads=1, seed=3)
+print(json.dumps({"light": light, "ref": dataclasses.asdict(spec_of(ref, "CartPole-v1")),
+                  "light_obs": light_obs, "ref_obs": ref.reset()[0].tolist(),
+                  "light_steps": light_steps, "ref_steps": [ref.step(np.ones(4, np.int32))[0].tolist() for _ in range(3)],
+                  "families_before": families_before, "ids": sorted(envpool.list_all_envs()),
+                  "entry": repr(envpool.registration.registry.specs["CartPole-v1"])}))
+"""
+PLAIN = """
+import json, envpool
+print(json.dumps({"ids": sorted(envpool.list_all_envs()), "entry": repr(envpool.registration.registry.specs["CartPole-v1"])}))
+"""
+
+
+def test_the_light_envpool_import_gives_the_pool_envpool_make_gives():
+    light, plain = fresh(LIGHT_THEN_FULL), fresh(PLAIN)
+    assert light["light"] == light["ref"] and light["light"]["family"] == "classic_control"
+    assert light["light_obs"] == light["ref_obs"] and light["light_steps"] == light["ref_steps"]
+    assert not any("jumanji" in name or "mujoco" in name for name in light["families_before"])
+    # after the full import the registry is EnvPool's own: every id, the same entries
+    assert light["ids"] == plain["ids"] and light["entry"] == plain["entry"]
+
+
+def test_an_id_outside_the_light_families_is_found_through_every_family():
+    found = fresh("import json; from jaxrl_fast.env import env_family; print(json.dumps(env_family('HalfCheetah-v4')))")
+    assert found == "mujoco"
