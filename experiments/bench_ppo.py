@@ -3,10 +3,13 @@
     python experiments/bench_ppo.py                    # both tables, written to experiments/results/
     python experiments/bench_ppo.py --skip-time-to-target
 
-Throughput, per env (same num_envs and EnvPool threads for every row, one process):
-  * EnvPool alone: random actions drawn inside a jitted `lax.scan` over EnvPool's XLA step;
-  * PPO rollout: the policy acts (inference + sampling) and the env steps, inside the same scan;
+Throughput, env steps/s (the same num_envs and EnvPool threads in every column, one process):
+  * EnvPool alone: EnvPool's XLA step in a jitted `lax.scan`, random actions drawn before the loop;
+  * PPO rollout: `acting.make_collect` as training runs it, in the same kind of scan: the policy acts
+    (inference + sampling), the env steps, the transitions are stored and returned, episodes counted;
   * PPO training: rollout + PPO update, the `sync` schedule as `python -m jaxrl_fast.train` runs it.
+EnvPool alone and the rollout are timed in alternation (`--rounds` each, medians reported), so that
+load from other processes falls on both; rollout / alone is the ratio of the medians.
 SPS efficiency = PPO training SPS / EnvPool-alone SPS.
 
 Time to target: wall-clock from process start (imports and compilation included) to the first
@@ -21,6 +24,7 @@ import dataclasses
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,66 +35,93 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.env import EnvSpec, env_family, make_xla_env
+from jaxrl_fast.acting import EnvOptions, init_env_carry, make_collect
+from jaxrl_fast.env import XlaEnv, env_family, make_xla_env, random_actions
 from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.acting import EnvOptions
 from jaxrl_fast.schedules.sync import make_sync_loop
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def random_actions(spec: EnvSpec, key: jax.Array) -> jax.Array:
-    if spec.discrete:
-        return jax.random.randint(key, (spec.num_envs,), 0, spec.num_actions)
-    low, high = jnp.asarray(spec.action_low), jnp.asarray(spec.action_high)
-    return jax.random.uniform(key, (spec.num_envs, *spec.action_shape), minval=low, maxval=high)
-
-
-def timed(fn, state, repeats: int) -> tuple[float, object]:
-    state = fn(state)  # compile and warm up
-    jax.block_until_ready(state)
+def timed(fn, carry, calls: int) -> tuple[float, object]:
+    """Seconds for `calls` calls of `fn(carry) -> (carry, outputs)`, all outputs awaited."""
+    out = None
     start = time.perf_counter()
-    for _ in range(repeats):
-        state = fn(state)
-    jax.block_until_ready(state)
-    return time.perf_counter() - start, state
+    for _ in range(calls):
+        carry, out = fn(carry)
+    jax.block_until_ready((carry, out))
+    return time.perf_counter() - start, carry
 
 
-def throughput(env_id: str, num_envs: int, num_threads: int, steps: int) -> dict:
+def envpool_alone(env: XlaEnv, horizon: int):
+    """EnvPool's XLA step alone in the same `lax.scan`: uniform random actions for the whole horizon
+    are drawn before the loop, so each iteration is the step and nothing else."""
+
+    def step(handle, action):
+        handle, out = env.step(handle, action)
+        return handle, out.reward
+
+    def run(carry):
+        handle, key = carry
+        key, sub = jax.random.split(key)
+        actions = jax.vmap(lambda k: random_actions(env.spec, k, env.spec.num_envs))(jax.random.split(sub, horizon))
+        handle, rewards = jax.lax.scan(step, handle, actions)
+        return (handle, key), rewards
+
+    return jax.jit(run, donate_argnums=0), (jnp.asarray(env.handle), jax.random.key(0))
+
+
+def ppo_rollout(env: XlaEnv, algo, options: EnvOptions, horizon: int):
+    """PPO's rollout as training runs it (`acting.make_collect`): act (inference + sampling), step,
+    store the transitions (returned, as the update consumes them) and count finished episodes."""
+    collect = make_collect(env, options, horizon)
+
+    def run(carry):
+        algo_state, env_carry, key = carry
+        key, sub = jax.random.split(key)
+        env_carry, transitions, finished = collect(env_carry, lambda obs, k: algo.act(algo_state, obs, k), sub)
+        return (algo_state, env_carry, key), (transitions, finished)
+
+    algo_state = algo.init(jax.random.key(0))
+    carry = (algo_state, init_env_carry(env, options, env.handle, env.reset()), jax.random.key(1))
+    return jax.jit(run, donate_argnums=0), carry
+
+
+def throughput(env_id: str, num_envs: int, num_threads: int, steps: int, rounds: int) -> dict:
+    """EnvPool alone and the PPO rollout timed in alternation (ABAB..., `rounds` each, medians
+    reported) so that load on the machine falls on both alike; then PPO training."""
     config = resolve_defaults(env_id, "ppo", env_family(env_id))
     config = dataclasses.replace(config, num_envs=num_envs, num_threads=num_threads, total_steps=10 * steps)
-    row = {"env": env_id, "num_envs": num_envs, "num_threads": num_threads}
-
-    env = make_xla_env(env_id, num_envs, num_threads, seed=0)
+    row = {"env": env_id, "num_envs": num_envs, "num_threads": num_threads, "rounds": rounds}
     horizon = config.ppo.num_steps
     calls = max(1, steps // (num_envs * horizon))
 
-    def random_rollout(carry):
-        def body(c, _):
-            handle, key = c
-            key, sub = jax.random.split(key)
-            handle, step = env.step(handle, random_actions(env.spec, sub))
-            return (handle, key), step.reward.sum()
-
-        carry, _ = jax.lax.scan(body, carry, None, length=horizon)
-        return carry
-
-    env.reset()
-    elapsed, _ = timed(jax.jit(random_rollout, donate_argnums=0), (jnp.asarray(env.handle), jax.random.key(0)), calls)
-    row["envpool_alone_sps"] = calls * horizon * num_envs / elapsed
-    env.pool.close()
-
-    env = make_xla_env(env_id, num_envs, num_threads, seed=0)
-    algo = make_algorithm(config, env.spec)
+    alone_env, ppo_env = (make_xla_env(env_id, num_envs, num_threads, seed=0) for _ in range(2))
+    alone_env.reset()
+    algo = make_algorithm(config, ppo_env.spec)
     options = EnvOptions(config.normalize_observations, config.scale_rewards, config.ppo.gamma)
-    loop = make_sync_loop(algo, env, options, iterations_per_call=calls, eval_every_iterations=0, on_eval=None)
-    state = jax.jit(loop.init)(jax.random.key(0), env.handle, env.reset())
-    elapsed, state = timed(loop.collect, state, calls)
-    row["ppo_rollout_sps"] = calls * horizon * num_envs / elapsed
-    elapsed, state = timed(lambda s: loop.run(s, jnp.int32(calls))[0], state, 2)
+    programs = {"envpool_alone_sps": envpool_alone(alone_env, horizon), "ppo_rollout_sps": ppo_rollout(ppo_env, algo, options, horizon)}
+    carries, samples = {}, {name: [] for name in programs}
+    for name, (fn, carry) in programs.items():  # compile and warm up
+        carries[name] = jax.block_until_ready(fn(carry)[0])
+    for _ in range(rounds):
+        for name, (fn, _) in programs.items():
+            elapsed, carries[name] = timed(fn, carries[name], calls)
+            samples[name].append(calls * horizon * num_envs / elapsed)
+    for name, values in samples.items():
+        row[name] = statistics.median(values)
+        row[name.replace("_sps", "_sps_rounds")] = values
+    row["rollout_vs_envpool"] = row["ppo_rollout_sps"] / row["envpool_alone_sps"]
+    alone_env.pool.close()
+
+    loop = make_sync_loop(algo, ppo_env, options, iterations_per_call=calls, eval_every_iterations=0, on_eval=None)
+    state = jax.jit(loop.init)(jax.random.key(0), ppo_env.handle, ppo_env.reset())
+    state = jax.block_until_ready(loop.run(state, jnp.int32(calls))[0])  # compile and warm up
+    elapsed, state = timed(lambda s: loop.run(s, jnp.int32(calls)), state, 2)
     row["ppo_training_sps"] = 2 * calls * horizon * num_envs / elapsed
     row["sps_efficiency"] = row["ppo_training_sps"] / row["envpool_alone_sps"]
     row["ppo"] = {"num_steps": horizon, "update_epochs": config.ppo.update_epochs, "num_minibatches": config.ppo.num_minibatches}
+    ppo_env.pool.close()
     return row
 
 
@@ -113,22 +144,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000, help="env steps per timed measurement")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="alternating timings of EnvPool alone and the rollout")
     parser.add_argument("--skip-time-to-target", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_ppo.json")
     args = parser.parse_args()
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {jax.devices()[0].device_kind}"
     rows = [
-        throughput("CartPole-v1", 8, 2, args.steps),
-        throughput("CartPole-v1", 64, 2, args.steps * 2),
-        throughput("HalfCheetah-v4", 8, 2, args.steps // 4),
+        throughput("CartPole-v1", 8, 2, args.steps, args.rounds),
+        throughput("CartPole-v1", 64, 2, args.steps * 2, args.rounds),
+        throughput("HalfCheetah-v4", 8, 2, args.steps // 4, args.rounds),
     ]
     print(f"machine: {machine}")
-    print("| env | num_envs | threads | EnvPool alone (steps/s) | PPO rollout (steps/s) | PPO training (steps/s) | SPS efficiency |")
-    print("|---|---|---|---|---|---|---|")
+    print("| env | num_envs | threads | EnvPool alone (steps/s) | PPO rollout (steps/s) | rollout / alone | PPO training (steps/s) | SPS efficiency |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['env']} | {r['num_envs']} | {r['num_threads']} | {r['envpool_alone_sps']:,.0f} | "
-              f"{r['ppo_rollout_sps']:,.0f} | {r['ppo_training_sps']:,.0f} | {r['sps_efficiency']:.2f} |")
+              f"{r['ppo_rollout_sps']:,.0f} | {r['rollout_vs_envpool']:.2f} | {r['ppo_training_sps']:,.0f} | {r['sps_efficiency']:.2f} |")
     targets = []
     if not args.skip_time_to_target:
         targets = [time_to_target(seed, 475.0) for seed in range(args.seeds)]

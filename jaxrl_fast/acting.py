@@ -7,6 +7,7 @@ episode bookkeeping, and the observation/reward statistics (run state, checkpoin
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -15,7 +16,7 @@ from jax import lax
 
 from jaxrl_fast import phases
 from jaxrl_fast.data import Act, Transition
-from jaxrl_fast.env import EpisodeState, EpisodeStats, XlaEnv, init_episode_state, track_episodes
+from jaxrl_fast.env import EpisodeState, EpisodeStats, XlaEnv, init_episode_state, track_rollout_episodes
 from jaxrl_fast.ops.normalization import (
     RewardScale,
     RunningMoments,
@@ -75,31 +76,46 @@ def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax
 Policy = Callable[[jax.Array, jax.Array], Act]  # (observed obs [B, ...], key) -> Act
 
 
-def make_collect(env: XlaEnv, options: EnvOptions, length: int):
-    """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`."""
+def step_keys(key: jax.Array, length: int) -> jax.Array:
+    """`length` per-step keys whose draws are XLA's RngBitGenerator ('rbg' keys): one fused op per
+    draw inside the loop, where a threefry draw is a rolled loop of some 200 small ops per step on
+    XLA:CPU. Their key words come from one threefry draw per rollout."""
+    words = jax.random.bits(key, (length, 4), jnp.uint32)
+    return jax.vmap(functools.partial(jax.random.wrap_key_data, impl="rbg"))(words)
 
-    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, EpisodeStats]]:
+
+def make_collect(env: XlaEnv, options: EnvOptions, length: int):
+    """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`.
+
+    Only acting, stepping and storing run in each step; the episode statistics are computed from
+    the stored rewards and flags after the loop (`track_rollout_episodes`).
+    """
+
+    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, jax.Array | None]]:
         with jax.named_scope(phases.INFERENCE):
             obs = observe(options, carry.obs_moments, carry.obs)
             act = policy(obs, key)
         with jax.named_scope(phases.ENV):
             handle, step = env.step(carry.handle, act.env_action)
             valid = ~carry.episodes.reset_step
-            episodes, finished = track_episodes(carry.episodes, step)
+            done = step.terminated | step.truncated
             reward, reward_scale = step.reward, carry.reward_scale
             if options.scale_rewards:
-                reward_scale, reward = scale_rewards(reward_scale, step.reward, step.terminated | step.truncated, valid,
-                                                     options.gamma)
+                reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma)
             moments = carry.obs_moments
             if options.normalize_observations:
                 moments = update_moments(moments, step.obs)
         transition = Transition(obs, act.action, reward, step.terminated, step.truncated, valid, act.extras)
-        return EnvCarry(handle, step.obs, episodes, moments, reward_scale), (transition, finished)
+        episodes = carry.episodes._replace(reset_step=valid & done)
+        raw_reward = step.reward if options.scale_rewards else None  # else the transition holds it
+        return EnvCarry(handle, step.obs, episodes, moments, reward_scale), (transition, raw_reward)
 
     def collect(carry: EnvCarry, policy: Policy, key: jax.Array) -> tuple[EnvCarry, Transition, EpisodeStats]:
-        carry, (transitions, finished) = lax.scan(
-            lambda c, k: env_step(policy, c, k), carry, jax.random.split(key, length)
-        )
-        return carry, transitions, jax.tree.map(lambda x: x.sum(0), finished)
+        episodes = carry.episodes
+        carry, (tr, raw_reward) = lax.scan(lambda c, k: env_step(policy, c, k), carry, step_keys(key, length))
+        with jax.named_scope(phases.ENV):
+            raw_reward = tr.reward if raw_reward is None else raw_reward
+            episodes, finished = track_rollout_episodes(episodes, raw_reward, tr.terminated, tr.truncated, tr.valid)
+        return carry._replace(episodes=episodes), tr, finished
 
     return collect

@@ -480,6 +480,36 @@ def track_episodes(state: EpisodeState, step: Step) -> tuple[EpisodeState, Episo
     return new_state, stats
 
 
+def track_rollout_episodes(
+    state: EpisodeState, reward: jax.Array, terminated: jax.Array, truncated: jax.Array, valid: jax.Array
+) -> tuple[EpisodeState, EpisodeStats]:
+    """`track_episodes` over a whole rollout at once: `[T, B]` raw rewards and flags, `valid[t]`
+    False on reset steps (`valid[0] == ~state.reset_step`). Same state and totals as scanning
+    `track_episodes` step by step, in a few batched ops after the loop instead of ops in every step.
+
+    The episodes that end within the rollout partition each env's valid steps up to its last end:
+    their returns sum to the running return carried in plus every valid reward up to that end.
+    """
+    ended = valid & (terminated | truncated)
+    t = jnp.arange(reward.shape[0], dtype=jnp.int32)[:, None]
+    last_end = jnp.max(jnp.where(ended, t, -1), axis=0)  # [B]; -1 where no episode ended
+    any_end = last_end >= 0
+    closed = t <= last_end  # [T, B]: steps of episodes that ended in this rollout
+    reward = jnp.where(valid, reward, 0.0)
+    steps = valid.astype(jnp.int32)
+    stats = EpisodeStats(
+        count=ended.sum(dtype=jnp.int32),
+        return_sum=jnp.where(closed, reward, 0.0).sum() + jnp.where(any_end, state.episode_return, 0.0).sum(),
+        length_sum=(jnp.where(closed, steps, 0).sum() + jnp.where(any_end, state.episode_length, 0).sum()).astype(jnp.int32),
+    )
+    new_state = EpisodeState(
+        episode_return=jnp.where(any_end, 0.0, state.episode_return) + jnp.where(closed, 0.0, reward).sum(0),
+        episode_length=jnp.where(any_end, 0, state.episode_length) + jnp.where(closed, 0, steps).sum(0, dtype=jnp.int32),
+        reset_step=ended[-1],
+    )
+    return new_state, stats
+
+
 def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
     return EpisodeStats(*(x + y for x, y in zip(a, b)))
 

@@ -76,8 +76,7 @@ class PPOState(NamedTuple):
 
 
 class PPOExtras(NamedTuple):
-    log_prob: jax.Array  # [B] log pi(a|s) of the behaviour policy
-    value: jax.Array  # [B] V(s)
+    log_prob: jax.Array  # [B] log pi(a|s) of the behaviour policy (V(s) is computed by the update, in one batch)
 
 
 class Batch(NamedTuple):
@@ -167,9 +166,9 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
 
     def update(state: PPOState, rollout: Rollout, key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:
         tr = rollout.transitions  # [T, B, ...]
-        value = tr.extras.value
-        last_value = value_net.apply(state.params.critic, rollout.last_obs)
-        next_value = jnp.concatenate([value[1:], last_value[None]], axis=0)
+        # V(s) of every step in one batched call, not one small MLP per env step in the rollout
+        values = value_net.apply(state.params.critic, jnp.concatenate([tr.obs, rollout.last_obs[None]], axis=0))
+        value, next_value = values[:-1], values[1:]
         gae = jax.vmap(generalized_advantage_estimation, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)
         advantage = gae(tr.reward, value, next_value, tr.terminated, tr.truncated, config.gamma, config.gae_lambda)
         flat = lambda x: x.reshape((batch_size, *x.shape[2:]))  # noqa: E731
@@ -221,14 +220,13 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
         return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)))
 
     def act(state: PPOState, obs: jax.Array, key: jax.Array) -> Act:
-        value = value_net.apply(state.params.critic, obs)
         if spec.discrete:
             logits = policy_net.apply(state.params.actor, obs)
             action = dist.categorical_sample(key, logits)
-            return Act(action, action, PPOExtras(dist.categorical_log_prob(logits, action), value))
+            return Act(action, action, PPOExtras(dist.categorical_log_prob(logits, action)))
         mean, log_std = policy_net.apply(state.params.actor, obs)
         action = dist.gaussian_sample(key, mean, log_std)
-        extras = PPOExtras(dist.gaussian_log_prob(mean, log_std, action), value)
+        extras = PPOExtras(dist.gaussian_log_prob(mean, log_std, action))
         return Act(action, jnp.clip(action, low, high), extras)
 
     def act_deterministic(actor_params: Any, obs: jax.Array) -> jax.Array:

@@ -1,0 +1,101 @@
+"""The rollout: episode statistics computed after the loop, per-step keys, and `collect` itself."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast.acting import EnvOptions, init_env_carry, make_collect, step_keys
+from jaxrl_fast.data import Act
+from jaxrl_fast.env import EpisodeState, Step, init_episode_state, make_xla_env, track_episodes, track_rollout_episodes
+
+
+def stepwise(state: EpisodeState, reward, terminated, truncated):
+    """The reference: `track_episodes` scanned step by step; totals summed, and each step's validity."""
+
+    def body(s, x):
+        r, term, trunc = x
+        valid = ~s.reset_step
+        s, finished = track_episodes(s, Step(None, r, term, trunc, None))
+        return s, (finished, valid)
+
+    state, (finished, valid) = jax.lax.scan(body, state, (reward, terminated, truncated))
+    return state, jax.tree.map(lambda x: x.sum(0), finished), valid
+
+
+def envpool_like_flags(rng: np.random.Generator, reset_step: np.ndarray, steps: int):
+    """Random end flags with EnvPool's auto-reset: the step after an end is a reset step (reward 0, no end)."""
+    num_envs = reset_step.shape[0]
+    reward = rng.normal(size=(steps, num_envs)).astype(np.float32)
+    terminated = rng.random((steps, num_envs)) < 0.15
+    truncated = (rng.random((steps, num_envs)) < 0.05) & ~terminated
+    valid = np.zeros((steps, num_envs), bool)
+    previous_end = reset_step.copy()
+    for t in range(steps):
+        valid[t] = ~previous_end
+        terminated[t] &= valid[t]
+        truncated[t] &= valid[t]
+        reward[t] = np.where(valid[t], reward[t], 0.0)
+        previous_end = terminated[t] | truncated[t]
+    return reward, terminated, truncated, valid
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rollout_episodes_match_stepwise_tracking(seed):
+    rng = np.random.default_rng(seed)
+    num_envs, steps = 6, 40
+    state = EpisodeState(
+        episode_return=jnp.asarray(rng.normal(size=num_envs) * 10, jnp.float32),
+        episode_length=jnp.asarray(rng.integers(0, 50, num_envs), jnp.int32),
+        reset_step=jnp.asarray(rng.random(num_envs) < 0.3),
+    )
+    state = state._replace(episode_return=jnp.where(state.reset_step, 0.0, state.episode_return),
+                           episode_length=jnp.where(state.reset_step, 0, state.episode_length))
+    reward, terminated, truncated, valid = envpool_like_flags(rng, np.asarray(state.reset_step), steps)
+    assert terminated.any() and (~valid).any()
+
+    want_state, want, want_valid = stepwise(state, reward, terminated, truncated)
+    got_state, got = jax.jit(track_rollout_episodes)(state, reward, terminated, truncated, valid)
+
+    assert int(got.count) == int(want.count) > 0
+    assert int(got.length_sum) == int(want.length_sum)
+    np.testing.assert_allclose(got.return_sum, want.return_sum, rtol=1e-5)
+    np.testing.assert_allclose(got_state.episode_return, want_state.episode_return, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got_state.episode_length, want_state.episode_length)
+    np.testing.assert_array_equal(got_state.reset_step, want_state.reset_step)
+    np.testing.assert_array_equal(valid, want_valid)  # the generator follows EnvPool's rule
+
+
+def test_step_keys_are_distinct_and_sample_the_right_distribution():
+    keys = step_keys(jax.random.key(0), 4000)
+    assert keys.shape == (4000,)
+    logits = jnp.log(jnp.asarray([0.2, 0.8]))
+    draws = jax.vmap(lambda k: jax.random.categorical(k, logits, shape=(8,)))(keys)  # [4000, 8]
+    assert 0.78 < float(draws.mean()) < 0.82  # 32,000 draws: std of the mean about 0.002
+    uniforms = np.asarray(jax.vmap(lambda k: jax.random.uniform(k, (8,)))(keys))
+    assert len(np.unique(uniforms)) > 31_900  # every step draws afresh (float32 has 2**23 values in [0.5, 1))
+
+
+def test_collect_statistics_match_stepwise_tracking_on_cartpole():
+    env = make_xla_env("CartPole-v1", num_envs=4, num_threads=1, seed=3)
+    options = EnvOptions(normalize_observations=False, scale_rewards=False, gamma=0.99)
+    collect = make_collect(env, options, length=60)
+
+    def policy(obs, key):
+        action = jax.random.randint(key, (obs.shape[0],), 0, 2)
+        return Act(action, action, ())
+
+    carry = init_env_carry(env, options, env.handle, env.reset())
+    run = jax.jit(lambda c, k: collect(c, policy, k))
+    episodes = init_episode_state(4)
+    for i in range(3):  # CartPole episodes under random actions last about 20 steps: many end in 180 steps
+        carry, tr, finished = run(carry, jax.random.key(i))
+        assert tr.obs.shape == (60, 4, 4) and tr.valid.shape == (60, 4)
+        episodes, want, want_valid = stepwise(episodes, tr.reward, tr.terminated, tr.truncated)
+        np.testing.assert_array_equal(tr.valid, want_valid)
+        assert int(finished.count) == int(want.count) > 0
+        assert int(finished.length_sum) == int(want.length_sum)
+        np.testing.assert_allclose(finished.return_sum, want.return_sum, rtol=1e-6)
+        np.testing.assert_array_equal(carry.episodes.episode_length, episodes.episode_length)
+        np.testing.assert_array_equal(carry.episodes.reset_step, episodes.reset_step)
+    env.pool.close()
