@@ -167,7 +167,10 @@ class Evaluator:
             except Exception as error:  # the first evaluation compiles it then, and reports what fails
                 log.debug("compiling the evaluation policy ahead failed: %s", error)
 
-        thread = threading.Thread(target=compile_policy, name="jaxrl_fast-eval-compile", daemon=True)
+        # Not a daemon: the interpreter waits for it at exit. A daemon thread still inside XLA's
+        # compiler when the interpreter finalizes is unwound through C++ frames and aborts the
+        # process ("FATAL: exception not rethrown"), e.g. after a Ctrl-C during the first compilation.
+        thread = threading.Thread(target=compile_policy, name="jaxrl_fast-eval-compile", daemon=False)
         thread.start()
         return thread
 

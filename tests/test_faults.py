@@ -8,6 +8,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -156,6 +157,9 @@ def test_sigterm_during_the_last_call_is_honoured(tmp_path):
                      "--checkpoint-interval", "0", "--run-dir", str(run_dir))
     # the first of two calls is done (and no checkpoint follows it): the second, last one starts
     wait_for(lambda: (run_dir / "metrics.jsonl").exists() and lines_of(run_dir), proc)
+    # the line is written just before the last call starts; a second later that call (200k steps,
+    # several seconds) is under way, so the signal lands inside it and not in the gap before it
+    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 130, out
