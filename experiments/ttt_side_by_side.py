@@ -10,7 +10,7 @@ mean at or above the threshold. jaxrl_fast runs twice per task:
 Peers run when their virtual environments exist under `$PEERS_HOME` (set-up: `peers/README.md`);
 otherwise their columns say so. Nothing else should run on the machine meanwhile.
 
-    python experiments/ttt_side_by_side.py                     # seeds 0-3, all three tasks
+    python experiments/ttt_side_by_side.py                     # seeds 0-3, every task
     python experiments/ttt_side_by_side.py --seeds 0,1,2,3,4,5,6,7 --tasks ppo_cartpole
 
 Writes `experiments/results/ttt_side_by_side.json` (`--out`) and prints a Markdown table.
@@ -29,31 +29,41 @@ import tempfile
 import time
 from pathlib import Path
 
+from protocol import TASKS as PROTOCOL
+
 HERE = Path(__file__).resolve().parent
 PEERS_DIR = HERE / "peers"
 WARMUP_SEED = 1000
 
-# Our arguments per task (the same as peers/ttt_jaxrl_fast.sh), and each peer's script and venv.
+# Our task (protocol.py, the same as peers/ttt_jaxrl_fast.sh), and each peer's script and venv.
 TASKS = {
     "ppo_cartpole": {
         "title": "PPO CartPole-v1, to 475",
-        "args": ["--algo", "ppo", "--env", "CartPole-v1", "--target-return", "475", "--eval-interval", "5000"],
+        "task": PROTOCOL["ppo_cartpole"],
         "peers": {"sb3": ("venv-peers", "ttt_ppo_cartpole_sb3.py"), "sbx": ("venv-peers", "ttt_ppo_cartpole_sbx.py"),
                   "rejax": ("venv-rejax", "ttt_ppo_cartpole_rejax.py")},
         "goal": 0.5,
     },
     "sac_pendulum": {
         "title": "SAC Pendulum-v1, to -200",
-        "args": ["--algo", "sac", "--env", "Pendulum-v1", "--target-return", "-200", "--eval-interval", "1000"],
+        "task": PROTOCOL["sac_pendulum"],
         "peers": {"sb3": ("venv-peers", "ttt_sac_pendulum_sb3.py"), "sbx": ("venv-peers", "ttt_sac_pendulum_sbx.py"),
                   "rejax": ("venv-rejax", "ttt_sac_pendulum_rejax.py")},
         "goal": 0.5,
     },
     "dqn_cartpole": {
         "title": "DQN CartPole-v1, to 475",
-        "args": ["--algo", "dqn", "--env", "CartPole-v1", "--target-return", "475", "--eval-interval", "2500"],
+        "task": PROTOCOL["dqn_cartpole"],
         "peers": {"sbx": ("venv-peers", "ttt_dqn_cartpole_sbx.py")},
         "goal": 0.3,
+        "every_seed_under_peer_median": True,
+    },
+    "pqn_cartpole": {
+        "title": "PQN CartPole-v1, to 475",
+        "task": PROTOCOL["pqn_cartpole"],
+        "peers": {"sbx": ("venv-peers", "ttt_dqn_cartpole_sbx.py")},  # the peers' value-based agent is DQN
+        "goal": 0.3,
+        "every_seed_under_peer_median": True,
     },
 }
 
@@ -62,7 +72,7 @@ def run_ours(task: str, seed: int, cache_dir: Path, out: Path) -> dict:
     """One seed of jaxrl_fast in a fresh process; the figures come from its summary.json."""
     run_dir = out / f"{task}-{seed}-{cache_dir.name}"
     command = [sys.executable, "-m", "jaxrl_fast.train", "--run-dir", str(run_dir), "--seed", str(seed),
-               "--progress", "off", "--eval-episodes", "10", *TASKS[task]["args"]]
+               "--progress", "off", *TASKS[task]["task"].args]
     env = {**os.environ, "JAXRL_FAST_COMPILE_CACHE_DIR": str(cache_dir)}
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=out)
@@ -122,7 +132,7 @@ def verdict(task: str, rows: dict) -> str:
     ratio = cold / fastest
     goal = TASKS[task]["goal"]
     met = ratio <= goal
-    if task == "dqn_cartpole":  # and every seed under the peer's median
+    if TASKS[task].get("every_seed_under_peer_median"):
         met = met and rows["jaxrl_fast"]["cold"]["max_s"] < fastest
     return f"{ratio:.2f}x {name} (goal {goal}x): {'met' if met else 'not met'}"
 
@@ -169,6 +179,7 @@ def main() -> None:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
 
     results = {"machine": machine(), "seeds": seeds, "tasks": {}}
+    peer_runs: dict[tuple[str, str], dict] = {}  # DQN's and PQN's rows share sbx's DQN: run it once
     with tempfile.TemporaryDirectory(prefix="ttt-") as scratch:
         for task in tasks:
             print(f"{task}:", flush=True)
@@ -178,7 +189,9 @@ def main() -> None:
                 if args.no_peers or not (args.peers_home / venv / "bin" / "python").exists():
                     rows["peers"][name] = {"skipped": "not run" if args.no_peers else f"no {venv}"}
                     continue
-                rows["peers"][name] = peer(args.peers_home / venv, script, seeds)
+                if (venv, script) not in peer_runs:
+                    peer_runs[venv, script] = peer(args.peers_home / venv, script, seeds)
+                rows["peers"][name] = peer_runs[venv, script]
                 print(f"  {name}: {rows['peers'][name].get('median_s')} s median", flush=True)
             rows["verdict"] = verdict(task, rows)
             results["tasks"][task] = rows

@@ -28,14 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from protocol import TASKS as PROTOCOL
+
 RESULTS = Path(__file__).parent / "results"
 
-# The peers' protocol: algorithm, env, threshold, evaluation interval (env steps).
-TASKS = {
-    "ppo": ("ppo", "CartPole-v1", 475.0, 5_000),
-    "sac": ("sac", "Pendulum-v1", -200.0, 1_000),
-    "dqn": ("dqn", "CartPole-v1", 475.0, 2_500),
-}
+# The protocol's tasks (protocol.py), by algorithm: `--task ppo` is PPO CartPole-v1 to 475.
+TASKS = {task.algo: task for task in PROTOCOL.values()}
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -2,7 +2,9 @@
 
 Resolution, later wins: the dataclass defaults in `config.py`, the family section of
 `defaults.toml` (by EnvPool family, e.g. `classic_control`, `mujoco`), the env's own file
-`<env id>.toml`, and finally the flags given on the command line.
+`<env id>.toml`, and finally the flags given on the command line. Within a file, an algorithm's
+section may set run fields too (`[pqn] num_envs = 32`): they override the file's shared values
+when that algorithm trains.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import importlib.resources
 import tomllib
 from typing import Any
 
-from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig
+from jaxrl_fast.config import ALGOS, OFF_POLICY, RunConfig, TrainConfig
 
 # Family-level keys that only the on-policy algorithm uses: replay buffers keep raw observations and rewards.
 ON_POLICY_ONLY = ("normalize_observations", "scale_rewards")
@@ -69,6 +71,18 @@ def _merge(base: Any, table: dict[str, Any], source: str) -> Any:
     return dataclasses.replace(base, **updates)
 
 
+def run_keys_of_section(table: dict[str, Any], algo: str) -> dict[str, Any]:
+    """Run fields set in the algorithm's own section (e.g. `num_envs` under `[pqn]`), taken out of it:
+    they apply to the run when that algorithm trains, over the table's shared values."""
+    section = table.get(algo)
+    if not isinstance(section, dict):
+        return {}
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    hoisted = {key: section[key] for key in section if key in run_fields}
+    table[algo] = {key: value for key, value in section.items() if key not in run_fields}
+    return hoisted
+
+
 def resolve_defaults(env_id: str, algo: str, family: str) -> TrainConfig:
     """The TrainConfig an env starts from before command-line flags are applied."""
     if algo not in ALGOS:
@@ -76,6 +90,7 @@ def resolve_defaults(env_id: str, algo: str, family: str) -> TrainConfig:
     config = TrainConfig(env=env_id, algo=algo)
     for source, table in preset_tables(env_id, family):
         keep = {k: v for k, v in table.items() if k not in ALGOS or k == algo}  # other algos' sections
+        keep.update(run_keys_of_section(keep, algo))
         if algo in OFF_POLICY:
             keep = {k: v for k, v in keep.items() if k not in ON_POLICY_ONLY}
         config = _merge(config, keep, source)

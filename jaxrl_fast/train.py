@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from jaxrl_fast.algos import ALGORITHMS
+from jaxrl_fast.algos import ALGORITHMS, action_space_error
 from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config, cli_config
 
 PROG = "python -m jaxrl_fast.train"
@@ -78,7 +78,7 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(message)
     if config.schedule == "async":
         need(config.algo in OFF_POLICY,
-             f"--schedule async is for the off-policy algorithms (sac, td3, dqn): {config.algo} learns from its own "
+             f"--schedule async is for the off-policy algorithms ({', '.join(OFF_POLICY)}): {config.algo} learns from its own "
              "policy's rollouts, and rollouts from stale parameters would need an off-policy correction (V-trace) that "
              "this version does not have; --schedule concurrent gives it a lag of exactly one version, deterministically")
         need(config.num_actors >= 1, f"--num-actors must be at least 1, got {config.num_actors}")
@@ -177,7 +177,7 @@ def check_action_space(config: TrainConfig) -> None:
     """Refuse an algorithm that cannot act in the env's action space."""
     from jaxrl_fast.env import probe_spec
 
-    error = ALGORITHMS[config.algo].action_space_error(probe_spec(config.env))
+    error = action_space_error(config.algo, probe_spec(config.env))
     if error is not None:
         raise ConfigError(error)
 

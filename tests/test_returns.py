@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.ops.returns import generalized_advantage_estimation as gae
+from jaxrl_fast.ops.returns import q_lambda_returns
 
 GAMMA, LAMBDA = 0.9, 0.5
 REWARD = np.array([1.0, 2.0, 3.0], np.float32)
@@ -53,3 +54,44 @@ def test_gae_scan_matches_plain_loop_on_random_streams():
         expected[t] = adv
     np.testing.assert_allclose(gae(r, v, nv, term, trunc, 0.99, 0.95), expected, rtol=1e-4, atol=1e-5)
     assert gae(jnp.asarray(r), v, nv, term, trunc, 0.99, 0.95).dtype == jnp.float32
+
+
+# Q(lambda), worked by hand with the same rewards and max_a Q(s_{t+1}) = [1.0, 1.5, 2.0]:
+#   G_t = r_t + 0.9 * (1 - term_t) * ((1 - 0.5 c_t) maxQ'_t + 0.5 c_t G_{t+1}),  G_3 = maxQ'_2
+NEXT_MAX_Q = NEXT_VALUE
+Q_LAMBDA_CASES = {
+    # G_2 = 3 + 0.9 * 2 = 4.8; G_1 = 2 + 0.9 * (0.75 + 2.4) = 4.835; G_0 = 1 + 0.9 * (0.5 + 2.4175)
+    "no episode end": (NONE, NONE, [3.62575, 4.835, 4.8]),
+    # step 1 terminates: G_1 = 2, no bootstrap, and step 0 mixes its one-step target with it
+    "terminated": (AT_1, NONE, [1 + 0.9 * (0.5 + 1.0), 2.0, 4.8]),
+    # step 1 is truncated: G_1 bootstraps from its final observation, and the trace stops there
+    "truncated": (NONE, AT_1, [1 + 0.9 * (0.5 + 0.5 * 3.35), 3.35, 4.8]),
+}
+
+
+@pytest.mark.parametrize("name", list(Q_LAMBDA_CASES))
+def test_q_lambda_returns_match_hand_computed_values_under_jit(name):
+    terminated, truncated, expected = Q_LAMBDA_CASES[name]
+    fn = jax.jit(q_lambda_returns, static_argnums=(4, 5))
+    np.testing.assert_allclose(fn(REWARD, NEXT_MAX_Q, terminated, truncated, GAMMA, LAMBDA), expected, rtol=1e-6)
+
+
+def test_q_lambda_returns_at_lambda_0_and_1_are_one_step_and_monte_carlo():
+    one_step = q_lambda_returns(REWARD, NEXT_MAX_Q, NONE, NONE, GAMMA, 0.0)
+    np.testing.assert_allclose(one_step, REWARD + GAMMA * NEXT_MAX_Q, rtol=1e-6)
+    monte_carlo = q_lambda_returns(REWARD, NEXT_MAX_Q, NONE, NONE, GAMMA, 1.0)
+    g2 = 3 + 0.9 * 2.0
+    np.testing.assert_allclose(monte_carlo, [1 + 0.9 * (2 + 0.9 * g2), 2 + 0.9 * g2, g2], rtol=1e-6)
+
+
+def test_q_lambda_scan_matches_plain_loop_on_random_streams():
+    rng = np.random.default_rng(1)
+    T = 64
+    r, q = (rng.normal(size=T).astype(np.float32) for _ in range(2))
+    term, trunc = rng.random(T) < 0.1, rng.random(T) < 0.05
+    expected, g = np.zeros(T), q[-1]
+    for t in reversed(range(T)):
+        cont = 0.0 if (term[t] or trunc[t]) else 1.0
+        g = r[t] + 0.99 * (1 - term[t]) * ((1 - 0.95 * cont) * q[t] + 0.95 * cont * g)
+        expected[t] = g
+    np.testing.assert_allclose(q_lambda_returns(r, q, term, trunc, 0.99, 0.95), expected, rtol=1e-4, atol=1e-5)

@@ -13,7 +13,7 @@ from typing import Any
 from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig
 from jaxrl_fast.env import EnvSpec
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "ReplayConfig", "algorithm_spec", "make_algorithm"]
+__all__ = ["ALGORITHMS", "AlgorithmSpec", "ReplayConfig", "action_space_error", "algorithm_spec", "make_algorithm"]
 
 FIRST = "ppo"  # listed first (the default); the others follow in name order
 
@@ -39,10 +39,16 @@ def algorithm_spec(name: str) -> AlgorithmSpec:
     return ALGORITHMS[name]
 
 
+def action_space_error(name: str, spec: EnvSpec) -> str | None:
+    """Why `--algo name` cannot act in `spec`'s action space, naming the algorithms that can; or None."""
+    others = tuple(other for other, algorithm in ALGORITHMS.items() if algorithm.fits(spec))
+    return algorithm_spec(name).action_space_error(spec, others)
+
+
 def make_algorithm(config: Any, spec: EnvSpec) -> Any:
     """The bundle of pure functions of `config.algo` (an `Algorithm` or an `OffPolicyAlgorithm`)."""
     algorithm = algorithm_spec(config.algo)
-    error = algorithm.action_space_error(spec)
+    error = action_space_error(config.algo, spec)
     if error is not None:
         raise ValueError(error)
     return algorithm.make(getattr(config, config.algo), spec, config.total_steps)

@@ -61,14 +61,17 @@ class AlgorithmSpec:
     metrics: tuple[str, ...]
     validate: Callable[[Any, Any], list[str]] = lambda hyper, config: []
 
-    def action_space_error(self, spec: EnvSpec) -> str | None:
-        """Why this algorithm cannot act in `spec`'s action space, or None."""
-        if self.actions == "discrete" and not spec.discrete:
-            return (f"--algo {self.name}: {spec.env_id} has continuous actions; {self.name} needs discrete actions "
-                    "(use sac, td3 or ppo)")
-        if self.actions == "continuous" and spec.discrete:
-            return f"--algo {self.name}: {spec.env_id} has discrete actions; {self.name} is for continuous actions (use dqn or ppo)"
-        return None
+    def fits(self, spec: EnvSpec) -> bool:
+        """Whether this algorithm can act in `spec`'s action space."""
+        return self.actions == "any" or (self.actions == "discrete") == spec.discrete
+
+    def action_space_error(self, spec: EnvSpec, others: tuple[str, ...] = ()) -> str | None:
+        """Why this algorithm cannot act in `spec`'s action space, or None; `others` are the ones that can."""
+        if self.fits(spec):
+            return None
+        kind, needs = ("continuous", "discrete") if not spec.discrete else ("discrete", "continuous")
+        alternatives = f" (use {', '.join(others)})" if others else ""
+        return f"--algo {self.name}: {spec.env_id} has {kind} actions; {self.name} needs {needs} actions{alternatives}"
 
 
 def random_act(spec: EnvSpec) -> Callable[[Any, Any], Act]:

@@ -19,6 +19,7 @@ from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, NetworkConfig, make_policy_network, make_value_network
 from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import global_norm, weighted_mean
+from jaxrl_fast.ops.minibatches import minibatch_epochs
 from jaxrl_fast.ops.returns import generalized_advantage_estimation
 
 
@@ -151,8 +152,6 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
                 batch_size: int):
     """`update(state, rollout, key) -> (state, metrics)`: GAE over the rollout, then
     `update_epochs` passes of `num_minibatches` minibatch steps, each role with its optimizer."""
-    minibatch_size = batch_size // config.num_minibatches
-
     def minibatch_step(state: PPOState, mb: Batch) -> tuple[PPOState, dict[str, jax.Array]]:
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, mb)
         actor_updates, actor_opt = optimizer.update(grads.actor, state.opt_states.actor, state.params.actor)
@@ -181,14 +180,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
             weight=flat(tr.valid.astype(jnp.float32)),
         )
 
-        def epoch(state: PPOState, epoch_key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:
-            order = jax.random.permutation(epoch_key, batch_size)
-            minibatches = jax.tree.map(
-                lambda x: x[order].reshape((config.num_minibatches, minibatch_size, *x.shape[1:])), batch
-            )
-            return jax.lax.scan(minibatch_step, state, minibatches)
-
-        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, config.update_epochs))
+        state, metrics = minibatch_epochs(minibatch_step, state, batch, key, config.update_epochs, config.num_minibatches)
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["train/explained_variance"] = 1.0 - weighted_mean(
             (batch.target - flat(value)) ** 2, batch.weight

@@ -1,0 +1,28 @@
+"""The time-to-threshold tasks, once, for every script that times them (the peers' protocol of
+`peers/README.md`: a deterministic 10-episode evaluation every `eval_interval` env steps, stop at the
+first mean at or above `threshold`, clock from process creation)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Task(NamedTuple):
+    algo: str
+    env: str
+    threshold: float
+    eval_interval: int
+
+    @property
+    def args(self) -> list[str]:
+        """`python -m jaxrl_fast.train` flags of the protocol, seed and run directory aside."""
+        return ["--algo", self.algo, "--env", self.env, "--target-return", f"{self.threshold:g}",
+                "--eval-interval", str(self.eval_interval), "--eval-episodes", "10"]
+
+
+TASKS = {
+    "ppo_cartpole": Task("ppo", "CartPole-v1", 475.0, 5_000),
+    "sac_pendulum": Task("sac", "Pendulum-v1", -200.0, 1_000),
+    "dqn_cartpole": Task("dqn", "CartPole-v1", 475.0, 2_500),
+    "pqn_cartpole": Task("pqn", "CartPole-v1", 475.0, 2_500),  # the discrete value-based row, like DQN's
+}

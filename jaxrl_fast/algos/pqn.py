@@ -1,0 +1,180 @@
+"""PQN: parallel Q-learning without a replay buffer or a target network (Gallici et al. 2024,
+"Simplifying Deep Temporal Difference Learning").
+
+Many envs act epsilon-greedily for a short rollout; the rollout becomes Q(lambda) targets from the
+current network (`ops.returns.q_lambda_returns`) and is consumed by a few epochs of minibatch
+regression, then dropped. LayerNorm in the Q-network is what keeps this stable without a target
+network. It is an on-policy-shaped algorithm: it runs in the on-policy schedules like PPO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_fast.algos.base import AlgorithmSpec, positive_sizes
+from jaxrl_fast.data import Act, Algorithm, Rollout
+from jaxrl_fast.env import EnvSpec, random_actions
+from jaxrl_fast.networks import NetworkConfig, make_discrete_q_network
+from jaxrl_fast.ops.losses import global_norm, weighted_mean
+from jaxrl_fast.ops.minibatches import minibatch_epochs
+from jaxrl_fast.ops.returns import q_lambda_returns
+
+
+@dataclasses.dataclass(frozen=True)
+class PQNConfig(NetworkConfig):
+    """PQN (Gallici et al. 2024): epsilon-greedy Q-learning over many envs with Q(lambda) targets."""
+
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the Q-network."""
+    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
+    """Hidden-layer activation."""
+    layer_norm: bool = True
+    """LayerNorm after each hidden layer: what keeps PQN stable without a target network."""
+    learning_rate: float = 1e-4
+    """RAdam step size."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    num_steps: int = 64
+    """Rollout length per environment per iteration; a batch is num_envs x num_steps samples."""
+    num_minibatches: int = 16
+    """Minibatches per epoch; must divide num_envs x num_steps."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    gamma: float = 0.99
+    """Discount factor."""
+    q_lambda: float = 0.95
+    """Q(lambda)'s lambda: 0 is one-step Q-learning, 1 is the Monte Carlo return."""
+    reward_scale: float = 1.0
+    """Constant factor on the rewards in the targets (--scale-rewards instead divides by a running std)."""
+    start_epsilon: float = 1.0
+    """Exploration rate at the start."""
+    end_epsilon: float = 0.05
+    """Exploration rate after the decay."""
+    exploration_fraction: float = 0.2
+    """Fraction of the run over which epsilon decays linearly."""
+    max_grad_norm: float = 10.0
+    """Gradient-norm clipping."""
+
+
+METRICS = ("train/q_loss", "train/q_mean", "train/epsilon", "train/grad_norm")
+
+
+class PQNState(NamedTuple):
+    params: Any
+    opt_state: Any
+    env_steps: jax.Array  # int32 []: env steps acted before the current rollout (epsilon's clock)
+
+
+class Batch(NamedTuple):
+    """Flattened samples `[N, ...]` that the minibatch loop slices."""
+
+    obs: jax.Array
+    action: jax.Array
+    target: jax.Array  # Q(lambda) return
+    weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
+
+
+def num_iterations(total_steps: int, num_envs: int, config: PQNConfig) -> int:
+    return max(1, total_steps // (num_envs * config.num_steps))
+
+
+def validate(config: PQNConfig, train: Any) -> list[str]:
+    batch = train.num_envs * config.num_steps
+    checks = [
+        (config.num_steps > 0, f"--pqn.num-steps must be positive, got {config.num_steps}"),
+        (config.update_epochs > 0, f"--pqn.update-epochs must be positive, got {config.update_epochs}"),
+        (config.num_minibatches > 0, f"--pqn.num-minibatches must be positive, got {config.num_minibatches}"),
+        (config.num_minibatches <= 0 or batch % config.num_minibatches == 0,
+         f"--pqn.num-minibatches {config.num_minibatches} does not divide the batch "
+         f"--num-envs x --pqn.num-steps = {train.num_envs} x {config.num_steps} = {batch}"),
+        (batch <= train.total_steps, f"--total-steps {train.total_steps} is smaller than one batch ({batch} samples)"),
+        (0.0 < config.gamma <= 1.0, f"--pqn.gamma must be in (0, 1], got {config.gamma}"),
+        (0.0 <= config.q_lambda <= 1.0, f"--pqn.q-lambda must be in [0, 1], got {config.q_lambda}"),
+        (config.learning_rate > 0, f"--pqn.learning-rate must be positive, got {config.learning_rate}"),
+        (0.0 <= config.end_epsilon <= 1.0 and 0.0 <= config.start_epsilon <= 1.0,
+         f"--pqn.start-epsilon and --pqn.end-epsilon must be in [0, 1], got {config.start_epsilon} and {config.end_epsilon}"),
+    ]
+    return [message for ok, message in checks if not ok] + positive_sizes("--pqn", config.hidden_sizes)
+
+
+def epsilon_at(config: PQNConfig, env_steps: jax.Array, total_steps: int) -> jax.Array:
+    """Linear decay from start to end over `exploration_fraction` of the run, then constant."""
+    span = max(1.0, config.exploration_fraction * total_steps)
+    frac = jnp.clip(env_steps.astype(jnp.float32) / span, 0.0, 1.0)
+    return config.start_epsilon + frac * (config.end_epsilon - config.start_epsilon)
+
+
+def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
+    q_net = make_discrete_q_network(spec, config)
+    batch_size = spec.num_envs * config.num_steps
+    if batch_size % config.num_minibatches:
+        raise ValueError(
+            f"--pqn.num-minibatches {config.num_minibatches} must divide the batch "
+            f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
+        )
+    updates = num_iterations(total_steps, spec.num_envs, config) * config.update_epochs * config.num_minibatches
+    learning_rate = optax.linear_schedule(config.learning_rate, 0.0, updates) if config.anneal_lr else config.learning_rate
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate))
+
+    def init(key: jax.Array) -> PQNState:
+        params = q_net.init(key)
+        return PQNState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+    def act_deterministic(params: Any, obs: jax.Array) -> jax.Array:
+        return jnp.argmax(q_net.apply(params, obs), axis=-1).astype(jnp.int32)
+
+    def act(state: PQNState, obs: jax.Array, key: jax.Array) -> Act:
+        explore_key, random_key = jax.random.split(key)
+        explore = jax.random.uniform(explore_key, (obs.shape[0],)) < epsilon_at(config, state.env_steps, total_steps)
+        action = jnp.where(explore, random_actions(spec, random_key, obs.shape[0]), act_deterministic(state.params, obs))
+        return Act(action, action, ())
+
+    def loss_fn(params: Any, mb: Batch) -> tuple[jax.Array, jax.Array]:
+        q = jnp.take_along_axis(q_net.apply(params, mb.obs), mb.action[:, None].astype(jnp.int32), axis=-1)[:, 0]
+        return 0.5 * weighted_mean((q - mb.target) ** 2, mb.weight), weighted_mean(q, mb.weight)
+
+    def minibatch_step(state: PQNState, mb: Batch) -> tuple[PQNState, dict[str, jax.Array]]:
+        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
+        step, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        metrics = {"train/q_loss": loss, "train/q_mean": q_mean, "train/grad_norm": global_norm(grads)}
+        return state._replace(params=optax.apply_updates(state.params, step), opt_state=opt_state), metrics
+
+    def targets(params: Any, rollout: Rollout) -> jax.Array:
+        """`[T, B]` Q(lambda) returns from the network before this iteration's updates."""
+        tr = rollout.transitions
+        next_obs = jnp.concatenate([tr.obs[1:], rollout.last_obs[None]], axis=0)
+        next_max_q = jnp.max(q_net.apply(params, next_obs), axis=-1)
+        returns = jax.vmap(q_lambda_returns, in_axes=(1, 1, 1, 1, None, None), out_axes=1)
+        return returns(tr.reward * config.reward_scale, next_max_q, tr.terminated, tr.truncated, config.gamma,
+                       config.q_lambda)
+
+    def update(state: PQNState, rollout: Rollout, key: jax.Array) -> tuple[PQNState, dict[str, jax.Array]]:
+        tr = rollout.transitions
+        flat = lambda x: x.reshape((batch_size, *x.shape[2:]))  # noqa: E731
+        batch = Batch(flat(tr.obs), flat(tr.action), flat(targets(state.params, rollout)),
+                      flat(tr.valid.astype(jnp.float32)))
+
+        epsilon = epsilon_at(config, state.env_steps, total_steps)
+        state, metrics = minibatch_epochs(minibatch_step, state, batch, key, config.update_epochs, config.num_minibatches)
+        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics["train/epsilon"] = epsilon
+        return state._replace(env_steps=state.env_steps + batch_size), metrics
+
+    return Algorithm(
+        init=init,
+        act=act,
+        policy_params=lambda state: state.params,
+        act_deterministic=act_deterministic,
+        update=update,
+        rollout_length=config.num_steps,
+        update_frames_per_iteration=config.update_epochs * batch_size,
+    )
+
+
+ALGORITHM = AlgorithmSpec(name="pqn", family="on_policy", config=PQNConfig, make=make_pqn, actions="discrete",
+                          metrics=METRICS, validate=validate)

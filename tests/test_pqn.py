@@ -1,0 +1,84 @@
+"""PQN: learning on CartPole-v1, its exploration clock, its targets' use of EnvPool's reset steps,
+and the preset's per-algorithm run sizes."""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.algos import action_space_error
+from jaxrl_fast.algos.pqn import PQNConfig, epsilon_at, make_pqn
+from jaxrl_fast.data import Rollout, Transition
+from jaxrl_fast.env import make_xla_env, probe_spec
+from jaxrl_fast.presets import resolve_defaults
+from jaxrl_fast.schedules.sync import make_sync_loop
+from jaxrl_fast.trainer import train
+
+
+@pytest.mark.slow
+def test_pqn_reaches_475_on_cartpole_within_its_preset_budget(tmp_path):
+    """The preset, a fixed seed: a greedy 10-episode evaluation reaches 475 before the budget ends."""
+    config = dataclasses.replace(resolve_defaults("CartPole-v1", "pqn", "classic_control"), seed=0,
+                                 target_return=475.0, eval_interval=2_500, run_dir=tmp_path / "run", progress="off")
+    summary = train(config)
+    assert summary["target_step"] is not None, summary
+    assert summary["target_step"] <= config.total_steps
+    assert summary["eval_failures"] == 0
+
+
+def test_the_preset_gives_pqn_its_own_env_count():
+    pqn = resolve_defaults("CartPole-v1", "pqn", "classic_control")
+    ppo = resolve_defaults("CartPole-v1", "ppo", "classic_control")
+    assert pqn.num_envs > ppo.num_envs  # `num_envs` under [pqn] applies to PQN runs only
+    assert not hasattr(pqn.pqn, "num_envs")
+
+
+def test_epsilon_decays_over_its_fraction_of_the_run_and_the_update_advances_its_clock():
+    config = PQNConfig(num_steps=8, num_minibatches=2, update_epochs=1, start_epsilon=1.0, end_epsilon=0.1,
+                       exploration_fraction=0.5)
+    assert float(epsilon_at(config, jnp.int32(0), 1000)) == 1.0
+    assert float(epsilon_at(config, jnp.int32(250), 1000)) == pytest.approx(0.55)
+    assert float(epsilon_at(config, jnp.int32(900), 1000)) == pytest.approx(0.1)
+    env = make_xla_env("CartPole-v1", num_envs=4, num_threads=1, seed=0)
+    algo = make_pqn(config, env.spec, total_steps=1000)
+    loop = make_sync_loop(algo, env, EnvOptions(False, False, 0.99), 3, eval_every_iterations=0, on_eval=None)
+    state = jax.jit(loop.init)(jax.random.key(0), env.handle, env.reset())
+    state, metrics = loop.run(state, jnp.int32(3))
+    assert int(state.algo.env_steps) == 3 * 4 * 8
+    assert float(metrics.train["train/epsilon"]) == pytest.approx(float(epsilon_at(config, jnp.int32(32), 1000)))
+    assert all(np.isfinite(v) for v in jax.device_get(metrics.train).values())
+
+
+def test_reset_steps_do_not_contribute_to_the_update():
+    """Changing everything about transitions marked invalid leaves the update unchanged: the step
+    before one ends its episode, so its target never reads them."""
+    config = PQNConfig(num_steps=8, num_minibatches=1, update_epochs=2)
+    env = make_xla_env("CartPole-v1", num_envs=2, num_threads=1, seed=0)
+    algo = make_pqn(config, env.spec, total_steps=1000)
+    state = algo.init(jax.random.key(0))
+    obs = jax.random.normal(jax.random.key(1), (8, 2, 4))
+    action = jax.random.randint(jax.random.key(2), (8, 2), 0, 2)
+    valid = jnp.ones((8, 2), bool).at[3, 0].set(False).at[6, 1].set(False)
+    terminated = jnp.zeros((8, 2), bool).at[2, 0].set(True)
+    truncated = jnp.zeros((8, 2), bool).at[5, 1].set(True)
+    base = Transition(obs, action, jnp.ones((8, 2)), terminated, truncated, valid, ())
+    noisy = base._replace(reward=jnp.where(valid, base.reward, -50.0), action=jnp.where(valid, action, 1 - action))
+    last = jnp.zeros((2, 4))
+    s1, _ = algo.update(state, Rollout(base, last), jax.random.key(3))
+    s2, _ = algo.update(state, Rollout(noisy, last), jax.random.key(3))
+    chex.assert_trees_all_close(s1.params, s2.params, rtol=1e-5, atol=1e-6)
+    # the observation of a reset step is the final observation of the truncated step before it: it
+    # must reach that step's target (a bootstrap), so changing it changes the update
+    moved = base._replace(obs=base.obs.at[6, 1].set(5.0))
+    s3, _ = algo.update(state, Rollout(moved, last), jax.random.key(3))
+    assert not np.allclose(jax.tree.leaves(s1.params)[0], jax.tree.leaves(s3.params)[0])
+
+
+def test_continuous_actions_are_refused_with_the_algorithms_that_fit():
+    message = action_space_error("pqn", probe_spec("Pendulum-v1"))
+    assert "Pendulum-v1 has continuous actions; pqn needs discrete actions" in message
+    assert "sac" in message and "ppo" in message and "dqn" not in message
