@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -112,6 +113,20 @@ class EvalRequests(NamedTuple):
                      lambda: io_callback(self.on_eval, None, payload, iteration, ordered=False), lambda: None)
 
 
+def trace_once(iteration, state: Any):
+    """`iteration` traced to a jaxpr once, as a function that replays it, and its metrics' shapes.
+
+    The loop needs the metrics' shapes before it traces its body; tracing `iteration` a second time
+    for them (flax modules, optimizers, nested scans in Python) cost about a second of start-up on
+    a 2-core CPU, on the critical path to the first training call. Replaying the jaxpr binds its
+    equations without running that Python again.
+    """
+    closed, out_shapes = jax.make_jaxpr(iteration, return_shape=True)(state)
+    replay = jax.extend.core.jaxpr_as_fun(closed)
+    out_tree = jax.tree.structure(out_shapes)
+    return (lambda s: jax.tree.unflatten(out_tree, replay(*jax.tree.leaves(s)))), out_shapes[1]
+
+
 def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations_per_call: int):
     """Run `iteration(state) -> (state, metrics, finished)` min(num_iterations, iterations_per_call) times.
 
@@ -120,7 +135,7 @@ def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations
     the operands of a `cond`, which for an off-policy state is the whole replay buffer, every
     iteration. Returns (state, mean metrics over the iterations run, summed episode stats).
     """
-    metric_shapes = jax.eval_shape(lambda s: iteration(s)[1], state)
+    iteration, metric_shapes = trace_once(iteration, state)
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metric_shapes)
 
     def body(_, carry):
