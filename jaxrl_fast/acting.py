@@ -64,12 +64,19 @@ def observe(options: EnvOptions, moments: RunningMoments, obs: jax.Array) -> jax
     return normalize(moments, obs) if options.normalize_observations else obs
 
 
-def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax.Array) -> EnvCarry:
+def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax.Array, num_agents: int = 1) -> EnvCarry:
+    """The carry at the pool's first observations; with `num_agents` > 1, one per agent (each over
+    its slice of the pool's envs, stacked on a leading axis) around the shared handle."""
+
+    def own(obs: jax.Array) -> EnvCarry:
+        moments = init_moments(env.spec.obs_shape)
+        if options.normalize_observations:
+            moments = update_moments(moments, obs)
+        return EnvCarry(None, obs, init_episode_state(obs.shape[0]), moments, init_reward_scale(obs.shape[0]))
+
     obs = jnp.asarray(first_obs, jnp.float32)
-    moments = init_moments(env.spec.obs_shape)
-    if options.normalize_observations:
-        moments = update_moments(moments, obs)
-    return EnvCarry(jnp.asarray(handle), obs, init_episode_state(env.spec.num_envs), moments, init_reward_scale(env.spec.num_envs))
+    carry = jax.vmap(own)(obs.reshape((num_agents, -1, *obs.shape[1:]))) if num_agents > 1 else own(obs)
+    return carry._replace(handle=jnp.asarray(handle))
 
 
 Policy = Callable[[jax.Array, jax.Array], Act]  # (observed obs [B, ...], key) -> Act
@@ -82,38 +89,59 @@ def step_keys(key: jax.Array, length: int) -> jax.Array:
     return jax.random.split(key, length)
 
 
-def make_collect(env: XlaEnv, options: EnvOptions, length: int):
+def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int = 1):
     """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`.
 
     Only acting, stepping and storing run in each step; the episode statistics are computed from
     the stored rewards and flags after the loop (`track_rollout_episodes`).
-    """
 
-    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, jax.Array | None]]:
-        with jax.named_scope(phases.INFERENCE):
-            obs = observe(options, carry.obs_moments, carry.obs)
-            act = policy(obs, key)
-        with jax.named_scope(phases.ENV):
-            handle, step = env.step(carry.handle, act.env_action)
-            valid = ~carry.episodes.reset_step
-            done = step.terminated | step.truncated
-            reward, reward_scale = step.reward, carry.reward_scale
-            if options.scale_rewards:
-                reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma)
-            moments = carry.obs_moments
-            if options.normalize_observations:
-                moments = update_moments(moments, step.obs)
+    With `num_agents` N > 1, independent agents share the pool: agent j owns envs
+    `[j E, (j + 1) E)`. Every field of the carry but the handle has a leading agents axis, `key` is
+    one key per agent, `policy(obs [N, E, ...], keys [N])` acts for all of them, transitions are
+    `[length, N, E, ...]` and episode statistics `[N]`. Each agent's bookkeeping is its own (vmapped);
+    EnvPool steps every env in one call.
+    """
+    agents = num_agents > 1
+    per_agent = jax.vmap if agents else (lambda f, *args, **kwargs: f)
+    pool_batch = (lambda x: x.reshape((-1, *x.shape[2:]))) if agents else (lambda x: x)
+    agent_batch = (lambda x: x.reshape((num_agents, -1, *x.shape[1:]))) if agents else (lambda x: x)
+
+    def record(carry: EnvCarry, obs: jax.Array, act: Act, step: Any) -> tuple[EnvCarry, tuple[Transition, jax.Array | None]]:
+        """One agent's bookkeeping of a step it acted in (its carry without the pool's handle)."""
+        valid = ~carry.episodes.reset_step
+        done = step.terminated | step.truncated
+        reward, reward_scale = step.reward, carry.reward_scale
+        if options.scale_rewards:
+            reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma)
+        moments = carry.obs_moments
+        if options.normalize_observations:
+            moments = update_moments(moments, step.obs)
         transition = Transition(obs, act.action, reward, step.terminated, step.truncated, valid, act.extras)
         episodes = carry.episodes._replace(reset_step=valid & done)
         raw_reward = step.reward if options.scale_rewards else None  # else the transition holds it
-        return EnvCarry(handle, step.obs, episodes, moments, reward_scale), (transition, raw_reward)
+        return EnvCarry(None, step.obs, episodes, moments, reward_scale), (transition, raw_reward)
+
+    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, jax.Array | None]]:
+        own = carry._replace(handle=None)
+        with jax.named_scope(phases.INFERENCE):
+            obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(own)
+            act = policy(obs, key)
+        with jax.named_scope(phases.ENV):
+            handle, step = env.step(carry.handle, pool_batch(act.env_action))
+            own, out = per_agent(record)(own, obs, act, jax.tree.map(agent_batch, step))
+        return own._replace(handle=handle), out
+
+    def track(episodes: EpisodeState, tr: Transition, raw_reward: jax.Array) -> tuple[EpisodeState, EpisodeStats]:
+        return track_rollout_episodes(episodes, raw_reward, tr.terminated, tr.truncated, tr.valid)
 
     def collect(carry: EnvCarry, policy: Policy, key: jax.Array) -> tuple[EnvCarry, Transition, EpisodeStats]:
         episodes = carry.episodes
-        carry, (tr, raw_reward) = lax.scan(lambda c, k: env_step(policy, c, k), carry, step_keys(key, length))
+        keys = jnp.swapaxes(jax.vmap(step_keys, (0, None))(key, length), 0, 1) if agents else step_keys(key, length)
+        carry, (tr, raw_reward) = lax.scan(lambda c, k: env_step(policy, c, k), carry, keys)
         with jax.named_scope(phases.ENV):
             raw_reward = tr.reward if raw_reward is None else raw_reward
-            episodes, finished = track_rollout_episodes(episodes, raw_reward, tr.terminated, tr.truncated, tr.valid)
+            time_major = 1 if agents else None  # [T, N, E]: the agents axis is the second
+            episodes, finished = per_agent(track, in_axes=(0, time_major, time_major))(episodes, tr, raw_reward)
         return carry._replace(episodes=episodes), tr, finished
 
     return collect

@@ -28,7 +28,7 @@ import difflib
 import functools
 import sys
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import chex
 import jax
@@ -180,10 +180,11 @@ def check_env_id(env_id: str) -> str:
     return family
 
 
-def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, batch_size: int = 0, **options: Any) -> Any:
+def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], batch_size: int = 0,
+              **options: Any) -> Any:
     """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
     `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
-    Env i is seeded `seed + i` either way."""
+    Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env)."""
     check_env_id(env_id)  # registers the id's family (and imports EnvPool)
     import envpool
 
@@ -193,9 +194,15 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int, batch_siz
         num_envs=num_envs,
         batch_size=batch_size or num_envs,
         num_threads=num_threads,
-        seed=seed,
+        seed=seed if isinstance(seed, int) else [int(s) for s in seed],
         **options,
     )
+
+
+def agent_env_seeds(seed: int, num_agents: int, num_envs: int) -> list[int]:
+    """Per-env seeds of one pool shared by `num_agents` agents of `num_envs` envs each: agent k's
+    envs get `seed + k + i`, as a single run with seed `seed + k` seeds its env i."""
+    return [seed + k + i for k in range(num_agents) for i in range(num_envs)]
 
 
 def spec_of(pool: Any, env_id: str) -> EnvSpec:
@@ -373,7 +380,7 @@ def recv_steps(pool: Any, max_steps: int) -> HostSteps:
 
 
 def make_xla_env(
-    env_id: str, num_envs: int, num_threads: int, seed: int, **options: Any
+    env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], **options: Any
 ) -> XlaEnv:
     """Build the pool and its jittable `step`. Observations and rewards arrive as float32."""
     pool = make_pool(env_id, num_envs, num_threads, seed, **options)

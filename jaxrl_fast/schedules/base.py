@@ -114,7 +114,8 @@ class EvalRequests(NamedTuple):
 
 
 def trace_once(iteration, state: Any):
-    """`iteration` traced to a jaxpr once, as a function that replays it, and its metrics' shapes.
+    """`iteration` traced to a jaxpr once, as a function that replays it, and the shapes of its
+    metrics and episode statistics.
 
     The loop needs the metrics' shapes before it traces its body; tracing `iteration` a second time
     for them (flax modules, optimizers, nested scans in Python) cost about a second of start-up on
@@ -124,7 +125,7 @@ def trace_once(iteration, state: Any):
     closed, out_shapes = jax.make_jaxpr(iteration, return_shape=True)(state)
     replay = jax.extend.core.jaxpr_as_fun(closed)
     out_tree = jax.tree.structure(out_shapes)
-    return (lambda s: jax.tree.unflatten(out_tree, replay(*jax.tree.leaves(s)))), out_shapes[1]
+    return (lambda s: jax.tree.unflatten(out_tree, replay(*jax.tree.leaves(s)))), out_shapes[1:]
 
 
 def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations_per_call: int):
@@ -135,8 +136,8 @@ def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations
     the operands of a `cond`, which for an off-policy state is the whole replay buffer, every
     iteration. Returns (state, mean metrics over the iterations run, summed episode stats).
     """
-    iteration, metric_shapes = trace_once(iteration, state)
-    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metric_shapes)
+    iteration, (metric_shapes, stats_shapes) = trace_once(iteration, state)
+    zeros = lambda shapes: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)  # noqa: E731
 
     def body(_, carry):
         state, sums, stats = carry
@@ -144,7 +145,7 @@ def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations
         return state, jax.tree.map(jnp.add, sums, metrics), add_stats(stats, finished)
 
     count = jnp.clip(num_iterations, 0, iterations_per_call)
-    state, sums, stats = lax.fori_loop(0, count, body, (state, zeros, init_episode_stats()))
+    state, sums, stats = lax.fori_loop(0, count, body, (state, zeros(metric_shapes), zeros(stats_shapes)))
     return state, jax.tree.map(lambda x: x / jnp.maximum(count, 1), sums), stats
 
 

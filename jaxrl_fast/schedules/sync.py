@@ -55,30 +55,41 @@ def make_sync_loop(
     iterations_per_call: int,
     eval_every_iterations: int,
     on_eval: Callable[[EvalPayload, Any], None] | None,
+    num_agents: int = 1,
 ) -> SyncLoop:
     """Build `init(key, handle, first_obs)` and the jitted `run(state, num_iterations)`.
 
     `run` always scans `iterations_per_call` iterations; those past `num_iterations` are skipped.
     `on_eval(payload, iteration)` is called on the host after every `eval_every_iterations`
     iterations (0 disables it).
+
+    With `num_agents` N > 1 the loop trains N independent agents over one pool (agent j on envs
+    `[j E, (j + 1) E)`): `init` takes one key per agent, and the algorithm's state, the env carry
+    (but the handle), the keys, metrics and episode statistics get a leading agents axis. Agent j
+    draws exactly the random numbers a single loop with its key draws.
     """
-    collect = make_collect(env, options, algo.rollout_length)
+    agents = num_agents > 1
+    per_agent = jax.vmap if agents else (lambda f, *args, **kwargs: f)
+    collect = make_collect(env, options, algo.rollout_length, num_agents)
     requests = EvalRequests(on_eval, eval_every_iterations)
 
     def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> LoopState:
-        algo_key, loop_key = jax.random.split(key)
-        return LoopState(algo.init(algo_key), init_env_carry(env, options, handle, first_obs), loop_key, jnp.zeros((), jnp.int32))
+        algo_key, loop_key = per_agent(lambda k: tuple(jax.random.split(k)))(key)
+        return LoopState(per_agent(algo.init)(algo_key), init_env_carry(env, options, handle, first_obs, num_agents),
+                         loop_key, jnp.zeros((), jnp.int32))
 
     def rollout(state: LoopState, key: jax.Array):
-        env_carry, transitions, finished = collect(state.env, lambda obs, k: algo.act(state.algo, obs, k), key)
+        policy = lambda obs, k: per_agent(algo.act)(state.algo, obs, k)  # noqa: E731
+        env_carry, transitions, finished = collect(state.env, policy, key)
         return state._replace(env=env_carry), transitions, finished
 
     def iteration(state: LoopState) -> tuple[LoopState, dict[str, jax.Array], EpisodeStats]:
-        key, rollout_key, update_key = jax.random.split(state.key, 3)
+        key, rollout_key, update_key = per_agent(lambda k: tuple(jax.random.split(k, 3)))(state.key)
         state, transitions, finished = rollout(state, rollout_key)
-        last_obs = observe(options, state.env.obs_moments, state.env.obs)
+        last_obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(state.env._replace(handle=None))
         with jax.named_scope(phases.UPDATE):
-            algo_state, metrics = algo.update(state.algo, Rollout(transitions, last_obs), update_key)
+            update = per_agent(algo.update, in_axes=(0, Rollout(1, 0), 0))  # transitions are [T, N, E, ...]
+            algo_state, metrics = update(state.algo, Rollout(transitions, last_obs), update_key)
         state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
         requests.from_program(state.iteration, EvalPayload(algo.policy_params(algo_state), state.env.obs_moments))
         return state, metrics, finished
