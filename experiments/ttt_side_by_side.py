@@ -170,6 +170,7 @@ def main() -> None:
     parser.add_argument("--peers-home", type=Path,
                         default=Path(os.environ.get("PEERS_HOME", Path.home() / ".cache" / "jaxrl-peers")))
     parser.add_argument("--no-peers", action="store_true", help="time jaxrl_fast only")
+    parser.add_argument("--peers", default="", help="comma-separated peer names to run (default: every one a task has)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ttt_side_by_side.json")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -186,6 +187,8 @@ def main() -> None:
             rows = {"jaxrl_fast": {mode: ours(task, seeds, mode, Path(scratch)) for mode in ("cold", "warm")},
                     "peers": {}}
             for name, (venv, script) in TASKS[task]["peers"].items():
+                if args.peers and name not in args.peers.split(","):
+                    continue
                 if args.no_peers or not (args.peers_home / venv / "bin" / "python").exists():
                     rows["peers"][name] = {"skipped": "not run" if args.no_peers else f"no {venv}"}
                     continue

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from jaxrl_fast.config import OFF_POLICY
 from jaxrl_fast.presets import resolve_defaults
 from jaxrl_fast.trainer import train
 
@@ -21,13 +22,14 @@ def metric_lines(run_dir):
         ("ppo", "CartPole-v1", dict(total_steps=8192, log_interval=2048)),
         ("sac", "Pendulum-v1", dict(total_steps=1600, log_interval=200, placement="single")),
         ("dqn", "CartPole-v1", dict(total_steps=3000, log_interval=400, placement="split")),
+        ("pqn", "CartPole-v1", dict(total_steps=8192, log_interval=2048)),
     ],
 )
 @pytest.mark.slow 
 def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_path, algo, env_id, extra):
     family = "classic_control"
     base = resolve_defaults(env_id, algo, family)
-    if algo != "ppo":
+    if algo in OFF_POLICY:
         hyper = dataclasses.replace(getattr(base, algo), learning_starts=400)
         extra = dict(extra, **{algo: hyper})
     runs = []
