@@ -45,14 +45,13 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run_one(task: str, flags: list[str], seed: int, full: bool, workdir: Path) -> dict:
-    algo, env, threshold, interval = TASKS[task]
     run_dir = workdir / f"{task}-{seed}-{time.monotonic_ns()}"
-    command = [sys.executable, "-m", "jaxrl_fast.train", "--algo", algo, "--env", env, "--seed", str(seed),
-               "--eval-interval", str(interval), "--eval-episodes", "10", "--progress", "off",
-               "--run-dir", str(run_dir)]
-    if not full:
-        command += ["--target-return", str(threshold)]
-    command += flags
+    args = TASKS[task].args
+    if full:  # the whole budget: no stop at the threshold
+        at = args.index("--target-return")
+        args = args[:at] + args[at + 2:]
+    command = [sys.executable, "-m", "jaxrl_fast.train", *args, "--seed", str(seed), "--progress", "off",
+               "--run-dir", str(run_dir), *flags]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
     wall = time.perf_counter() - started

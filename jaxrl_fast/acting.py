@@ -89,6 +89,12 @@ def step_keys(key: jax.Array, length: int) -> jax.Array:
     return jax.random.split(key, length)
 
 
+def agents_map(num_agents: int) -> Callable[..., Callable]:
+    """`jax.vmap` over the agents axis when there is one; with a single agent, the function itself
+    (a single run's program has no batching in it)."""
+    return jax.vmap if num_agents > 1 else (lambda f, *args, **kwargs: f)
+
+
 def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int = 1):
     """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`.
 
@@ -102,7 +108,7 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int 
     EnvPool steps every env in one call.
     """
     agents = num_agents > 1
-    per_agent = jax.vmap if agents else (lambda f, *args, **kwargs: f)
+    per_agent = agents_map(num_agents)
     pool_batch = (lambda x: x.reshape((-1, *x.shape[2:]))) if agents else (lambda x: x)
     agent_batch = (lambda x: x.reshape((num_agents, -1, *x.shape[1:]))) if agents else (lambda x: x)
 

@@ -194,14 +194,15 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence
         num_envs=num_envs,
         batch_size=batch_size or num_envs,
         num_threads=num_threads,
-        seed=seed if isinstance(seed, int) else [int(s) for s in seed],
+        seed=[int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else int(seed),
         **options,
     )
 
 
 def agent_env_seeds(seed: int, num_agents: int, num_envs: int) -> list[int]:
     """Per-env seeds of one pool shared by `num_agents` agents of `num_envs` envs each: agent k's
-    envs get `seed + k + i`, as a single run with seed `seed + k` seeds its env i."""
+    envs get `seed + k + i`, as a single run with seed `seed + k` seeds its env i. So agent k's env
+    i + 1 and agent k + 1's env i start from one seed, exactly as those two single runs would."""
     return [seed + k + i for k in range(num_agents) for i in range(num_envs)]
 
 

@@ -14,7 +14,7 @@ from jaxrl_fast.algos.pqn import PQNConfig, make_pqn
 from jaxrl_fast.env import agent_env_seeds, make_pool, make_xla_env
 from jaxrl_fast.schedules.sync import make_sync_loop
 
-SEED, AGENTS, ENVS = 3, 3, 4
+SEED, AGENTS, ENVS = 3, 2, 4
 
 
 def test_one_pool_seeds_each_agents_envs_as_a_single_run_with_its_seed():
@@ -25,7 +25,7 @@ def test_one_pool_seeds_each_agents_envs_as_a_single_run_with_its_seed():
         np.testing.assert_array_equal(obs[k * ENVS:(k + 1) * ENVS], single)
 
 
-def run_loop(make, hyper, num_agents, seed, options, iterations=3):
+def run_loop(make, hyper, num_agents, seed, options, iterations=2):
     seeds = agent_env_seeds(seed, num_agents, ENVS) if num_agents > 1 else seed
     env = make_xla_env("CartPole-v1", num_envs=num_agents * ENVS, num_threads=1, seed=seeds)
     algo = make(hyper, dataclasses.replace(env.spec, num_envs=ENVS), 10_000)  # each agent's own envs
@@ -42,8 +42,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name, normalize", [("ppo", False), ("ppo", True), ("pqn", False)],
-                         ids=["ppo", "ppo-normalized", "pqn"])
+@pytest.mark.parametrize("name, normalize", [("ppo", False), ("pqn", True)], ids=["ppo", "pqn-normalized"])
 def test_agent_k_of_many_trains_like_the_single_run_with_seed_k(name, normalize):
     make, hyper = CASES[name]
     options = EnvOptions(normalize, normalize, 0.99)

@@ -30,11 +30,12 @@ def test_pqn_reaches_475_on_cartpole_within_its_preset_budget(tmp_path):
     assert summary["eval_failures"] == 0
 
 
-def test_the_preset_gives_pqn_its_own_env_count():
+def test_run_fields_in_the_pqn_table_apply_to_pqn_runs_only():
     pqn = resolve_defaults("CartPole-v1", "pqn", "classic_control")
-    ppo = resolve_defaults("CartPole-v1", "ppo", "classic_control")
-    assert pqn.num_envs > ppo.num_envs  # `num_envs` under [pqn] applies to PQN runs only
-    assert not hasattr(pqn.pqn, "num_envs")
+    assert (pqn.num_envs, pqn.total_steps) == (32, 200_000)  # from [pqn]
+    for other in ("ppo", "dqn"):
+        config = resolve_defaults("CartPole-v1", other, "classic_control")
+        assert (config.num_envs, config.total_steps) == (8, 100_000)  # the file's shared values
 
 
 def test_epsilon_decays_over_its_fraction_of_the_run_and_the_update_advances_its_clock():
@@ -48,7 +49,7 @@ def test_epsilon_decays_over_its_fraction_of_the_run_and_the_update_advances_its
     loop = make_sync_loop(algo, env, EnvOptions(False, False, 0.99), 3, eval_every_iterations=0, on_eval=None)
     state = jax.jit(loop.init)(jax.random.key(0), env.handle, env.reset())
     state, metrics = loop.run(state, jnp.int32(3))
-    assert int(state.algo.env_steps) == 3 * 4 * 8
+    assert int(state.algo.iterations) == 3
     assert float(metrics.train["train/epsilon"]) == pytest.approx(float(epsilon_at(config, jnp.int32(32), 1000)))
     assert all(np.isfinite(v) for v in jax.device_get(metrics.train).values())
 

@@ -95,3 +95,20 @@ def test_q_lambda_scan_matches_plain_loop_on_random_streams():
         g = r[t] + 0.99 * (1 - term[t]) * ((1 - 0.95 * cont) * q[t] + 0.95 * cont * g)
         expected[t] = g
     np.testing.assert_allclose(q_lambda_returns(r, q, term, trunc, 0.99, 0.95), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_q_lambda_returns_vmap_over_streams_and_an_end_at_the_last_step_stops_the_bootstrap():
+    at_end = np.array([False, False, True])
+    cases = [(NONE, NONE), (AT_1, NONE), (NONE, AT_1), (at_end, NONE), (NONE, at_end)]
+    terminated = np.stack([c[0] for c in cases], axis=1)  # [T, 5 streams]
+    truncated = np.stack([c[1] for c in cases], axis=1)
+    tile = lambda x: np.repeat(x[:, None], len(cases), axis=1)  # noqa: E731
+    batched = jax.jit(jax.vmap(q_lambda_returns, in_axes=(1, 1, 1, 1, None, None), out_axes=1), static_argnums=(4, 5))
+    out = np.asarray(batched(tile(REWARD), tile(NEXT_MAX_Q), terminated, truncated, GAMMA, LAMBDA))
+    for k, name in enumerate(Q_LAMBDA_CASES):
+        np.testing.assert_allclose(out[:, k], Q_LAMBDA_CASES[name][2], rtol=1e-6)
+    # the last step terminates: G_2 = r_2 = 3, and the steps before mix it as in "no episode end"
+    np.testing.assert_allclose(out[:, 3], [1 + 0.9 * (0.5 + 0.5 * (2 + 0.9 * (0.75 + 1.5))), 2 + 0.9 * (0.75 + 1.5), 3.0],
+                               rtol=1e-6)
+    # truncated there: it bootstraps from its final observation, as when the rollout simply ends
+    np.testing.assert_allclose(out[:, 4], Q_LAMBDA_CASES["no episode end"][2], rtol=1e-6)

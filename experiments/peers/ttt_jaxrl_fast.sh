@@ -30,3 +30,4 @@ PYEOF
 task ppo_cartpole --algo ppo --env CartPole-v1 --target-return 475 --eval-interval 5000 --eval-episodes 10
 task sac_pendulum --algo sac --env Pendulum-v1 --target-return -200 --eval-interval 1000 --eval-episodes 10
 task dqn_cartpole --algo dqn --env CartPole-v1 --target-return 475 --eval-interval 2500 --eval-episodes 10
+task pqn_cartpole --algo pqn --env CartPole-v1 --target-return 475 --eval-interval 2500 --eval-episodes 10

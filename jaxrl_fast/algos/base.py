@@ -90,6 +90,30 @@ def positive_sizes(flag: str, sizes: tuple[int, ...]) -> list[str]:
     return []
 
 
+def validate_rollout(name: str, hyper: Any, config: Any) -> list[str]:
+    """The checks every rollout learner (PPO, PQN) makes of its sizes: `num_steps`, `update_epochs`,
+    `num_minibatches` dividing the batch, the batch fitting in the run, `gamma` and the learning rate."""
+    flag = f"--{name}"
+    batch = config.num_envs * hyper.num_steps
+    checks = [
+        (hyper.num_steps > 0, f"{flag}.num-steps must be positive, got {hyper.num_steps}"),
+        (hyper.update_epochs > 0, f"{flag}.update-epochs must be positive, got {hyper.update_epochs}"),
+        (hyper.num_minibatches > 0, f"{flag}.num-minibatches must be positive, got {hyper.num_minibatches}"),
+        (hyper.num_minibatches <= 0 or batch % hyper.num_minibatches == 0,
+         f"{flag}.num-minibatches {hyper.num_minibatches} does not divide the batch "
+         f"--num-envs x {flag}.num-steps = {config.num_envs} x {hyper.num_steps} = {batch}"),
+        (batch <= config.total_steps, f"--total-steps {config.total_steps} is smaller than one batch ({batch} samples)"),
+        (0.0 < hyper.gamma <= 1.0, f"{flag}.gamma must be in (0, 1], got {hyper.gamma}"),
+        (hyper.learning_rate > 0, f"{flag}.learning-rate must be positive, got {hyper.learning_rate}"),
+    ]
+    return [message for ok, message in checks if not ok] + positive_sizes(flag, hyper.hidden_sizes)
+
+
+def rollout_iterations(total_steps: int, num_envs: int, num_steps: int) -> int:
+    """Iterations (rollout, then update) of a rollout learner's run."""
+    return max(1, total_steps // (num_envs * num_steps))
+
+
 def validate_replay(name: str, hyper: ReplayConfig, config: Any) -> list[str]:
     """The off-policy family's checks: replay and update sizes, and the options a replay cannot hold."""
     flag = f"--{name}"

@@ -17,6 +17,7 @@ from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, valid
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import make_discrete_q_network
+from jaxrl_fast.ops.exploration import epsilon_errors, epsilon_greedy, linear_epsilon
 from jaxrl_fast.ops.losses import weighted_mean
 from jaxrl_fast.replay import Batch
 
@@ -57,10 +58,9 @@ def validate(config: DQNConfig, train: Any) -> list[str]:
         (config.learning_rate > 0, f"--dqn.learning-rate must be positive, got {config.learning_rate}"),
         (config.target_update_interval >= 1,
          f"--dqn.target-update-interval must be at least 1, got {config.target_update_interval}"),
-        (0.0 <= config.end_epsilon <= 1.0 and 0.0 <= config.start_epsilon <= 1.0,
-         f"--dqn.start-epsilon and --dqn.end-epsilon must be in [0, 1], got {config.start_epsilon} and {config.end_epsilon}"),
     ]
-    return validate_replay("dqn", config, train) + [message for ok, message in checks if not ok]
+    return (validate_replay("dqn", config, train) + [message for ok, message in checks if not ok]
+            + epsilon_errors("--dqn", config.start_epsilon, config.end_epsilon))
 
 
 class DQNCriticState(NamedTuple):
@@ -72,9 +72,7 @@ class DQNCriticState(NamedTuple):
 
 def epsilon_at(config: DQNConfig, env_step: jax.Array, total_steps: int) -> jax.Array:
     """Linear decay from start to end over `exploration_fraction` of the run, then constant."""
-    span = max(1.0, config.exploration_fraction * total_steps)
-    frac = jnp.clip(env_step.astype(jnp.float32) / span, 0.0, 1.0)
-    return config.start_epsilon + frac * (config.end_epsilon - config.start_epsilon)
+    return linear_epsilon(config.start_epsilon, config.end_epsilon, config.exploration_fraction, env_step, total_steps)
 
 
 def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlgorithm:
@@ -91,9 +89,7 @@ def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlg
     uniform = random_act(spec)
 
     def act(q: Any, obs: jax.Array, key: jax.Array, env_step: jax.Array) -> Act:
-        explore_key, random_key = jax.random.split(key)
-        explore = jax.random.uniform(explore_key, (obs.shape[0],)) < epsilon_at(config, env_step, total_steps)
-        action = jnp.where(explore, uniform(obs, random_key).action, act_deterministic(q, obs))
+        action = epsilon_greedy(spec, key, act_deterministic(q, obs), epsilon_at(config, env_step, total_steps))
         return Act(action, action, ())
 
     def update_critic(state: DQNCriticState, actor: Any, batch: Batch, key: jax.Array):

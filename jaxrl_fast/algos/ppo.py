@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, positive_sizes
+from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, validate_rollout
 from jaxrl_fast.data import Act, Algorithm, Rollout
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, NetworkConfig, make_policy_network, make_value_network
@@ -91,25 +91,11 @@ class Batch(NamedTuple):
     weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
 
 
-def num_iterations(total_steps: int, num_envs: int, config: PPOConfig) -> int:
-    return max(1, total_steps // (num_envs * config.num_steps))
-
-
 def validate(config: PPOConfig, train: Any) -> list[str]:
-    batch = train.num_envs * config.num_steps
-    checks = [
-        (config.num_steps > 0, f"--ppo.num-steps must be positive, got {config.num_steps}"),
-        (config.update_epochs > 0, f"--ppo.update-epochs must be positive, got {config.update_epochs}"),
-        (config.num_minibatches > 0, f"--ppo.num-minibatches must be positive, got {config.num_minibatches}"),
-        (config.num_minibatches <= 0 or batch % config.num_minibatches == 0,
-         f"--ppo.num-minibatches {config.num_minibatches} does not divide the batch "
-         f"--num-envs x --ppo.num-steps = {train.num_envs} x {config.num_steps} = {batch}"),
-        (batch <= train.total_steps, f"--total-steps {train.total_steps} is smaller than one batch ({batch} samples)"),
-        (0.0 < config.gamma <= 1.0, f"--ppo.gamma must be in (0, 1], got {config.gamma}"),
-        (0.0 <= config.gae_lambda <= 1.0, f"--ppo.gae-lambda must be in [0, 1], got {config.gae_lambda}"),
-        (config.learning_rate > 0, f"--ppo.learning-rate must be positive, got {config.learning_rate}"),
-    ]
-    return [message for ok, message in checks if not ok] + positive_sizes("--ppo", config.hidden_sizes)
+    errors = validate_rollout("ppo", config, train)
+    if not 0.0 <= config.gae_lambda <= 1.0:
+        errors.append(f"--ppo.gae-lambda must be in [0, 1], got {config.gae_lambda}")
+    return errors
 
 
 def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: Network):
@@ -199,7 +185,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
             f"--ppo.num-minibatches {config.num_minibatches} must divide the batch "
             f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
         )
-    updates_per_role = num_iterations(total_steps, spec.num_envs, config) * config.update_epochs * config.num_minibatches
+    updates_per_role = rollout_iterations(total_steps, spec.num_envs, config.num_steps) * config.update_epochs * config.num_minibatches
     learning_rate = (
         optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
     )

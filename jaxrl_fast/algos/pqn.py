@@ -16,10 +16,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, positive_sizes
+from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, validate_rollout
 from jaxrl_fast.data import Act, Algorithm, Rollout
-from jaxrl_fast.env import EnvSpec, random_actions
+from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import NetworkConfig, make_discrete_q_network
+from jaxrl_fast.ops.exploration import epsilon_errors, epsilon_greedy, linear_epsilon
 from jaxrl_fast.ops.losses import global_norm, weighted_mean
 from jaxrl_fast.ops.minibatches import minibatch_epochs
 from jaxrl_fast.ops.returns import q_lambda_returns
@@ -67,7 +68,7 @@ METRICS = ("train/q_loss", "train/q_mean", "train/epsilon", "train/grad_norm")
 class PQNState(NamedTuple):
     params: Any
     opt_state: Any
-    env_steps: jax.Array  # int32 []: env steps acted before the current rollout (epsilon's clock)
+    iterations: jax.Array  # int32 []: rollouts learned from (epsilon's clock, with the batch size)
 
 
 class Batch(NamedTuple):
@@ -79,34 +80,16 @@ class Batch(NamedTuple):
     weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
 
 
-def num_iterations(total_steps: int, num_envs: int, config: PQNConfig) -> int:
-    return max(1, total_steps // (num_envs * config.num_steps))
-
-
 def validate(config: PQNConfig, train: Any) -> list[str]:
-    batch = train.num_envs * config.num_steps
-    checks = [
-        (config.num_steps > 0, f"--pqn.num-steps must be positive, got {config.num_steps}"),
-        (config.update_epochs > 0, f"--pqn.update-epochs must be positive, got {config.update_epochs}"),
-        (config.num_minibatches > 0, f"--pqn.num-minibatches must be positive, got {config.num_minibatches}"),
-        (config.num_minibatches <= 0 or batch % config.num_minibatches == 0,
-         f"--pqn.num-minibatches {config.num_minibatches} does not divide the batch "
-         f"--num-envs x --pqn.num-steps = {train.num_envs} x {config.num_steps} = {batch}"),
-        (batch <= train.total_steps, f"--total-steps {train.total_steps} is smaller than one batch ({batch} samples)"),
-        (0.0 < config.gamma <= 1.0, f"--pqn.gamma must be in (0, 1], got {config.gamma}"),
-        (0.0 <= config.q_lambda <= 1.0, f"--pqn.q-lambda must be in [0, 1], got {config.q_lambda}"),
-        (config.learning_rate > 0, f"--pqn.learning-rate must be positive, got {config.learning_rate}"),
-        (0.0 <= config.end_epsilon <= 1.0 and 0.0 <= config.start_epsilon <= 1.0,
-         f"--pqn.start-epsilon and --pqn.end-epsilon must be in [0, 1], got {config.start_epsilon} and {config.end_epsilon}"),
-    ]
-    return [message for ok, message in checks if not ok] + positive_sizes("--pqn", config.hidden_sizes)
+    errors = validate_rollout("pqn", config, train) + epsilon_errors("--pqn", config.start_epsilon, config.end_epsilon)
+    if not 0.0 <= config.q_lambda <= 1.0:
+        errors.append(f"--pqn.q-lambda must be in [0, 1], got {config.q_lambda}")
+    return errors
 
 
 def epsilon_at(config: PQNConfig, env_steps: jax.Array, total_steps: int) -> jax.Array:
     """Linear decay from start to end over `exploration_fraction` of the run, then constant."""
-    span = max(1.0, config.exploration_fraction * total_steps)
-    frac = jnp.clip(env_steps.astype(jnp.float32) / span, 0.0, 1.0)
-    return config.start_epsilon + frac * (config.end_epsilon - config.start_epsilon)
+    return linear_epsilon(config.start_epsilon, config.end_epsilon, config.exploration_fraction, env_steps, total_steps)
 
 
 def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
@@ -117,7 +100,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
             f"--pqn.num-minibatches {config.num_minibatches} must divide the batch "
             f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
         )
-    updates = num_iterations(total_steps, spec.num_envs, config) * config.update_epochs * config.num_minibatches
+    updates = rollout_iterations(total_steps, spec.num_envs, config.num_steps) * config.update_epochs * config.num_minibatches
     learning_rate = optax.linear_schedule(config.learning_rate, 0.0, updates) if config.anneal_lr else config.learning_rate
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate))
 
@@ -125,13 +108,15 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
         params = q_net.init(key)
         return PQNState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
+    def epsilon(state: PQNState) -> jax.Array:
+        # env steps as a float: an int32 count of them would wrap after 2**31 steps
+        return epsilon_at(config, state.iterations.astype(jnp.float32) * batch_size, total_steps)
+
     def act_deterministic(params: Any, obs: jax.Array) -> jax.Array:
         return jnp.argmax(q_net.apply(params, obs), axis=-1).astype(jnp.int32)
 
     def act(state: PQNState, obs: jax.Array, key: jax.Array) -> Act:
-        explore_key, random_key = jax.random.split(key)
-        explore = jax.random.uniform(explore_key, (obs.shape[0],)) < epsilon_at(config, state.env_steps, total_steps)
-        action = jnp.where(explore, random_actions(spec, random_key, obs.shape[0]), act_deterministic(state.params, obs))
+        action = epsilon_greedy(spec, key, act_deterministic(state.params, obs), epsilon(state))
         return Act(action, action, ())
 
     def loss_fn(params: Any, mb: Batch) -> tuple[jax.Array, jax.Array]:
@@ -159,11 +144,11 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
         batch = Batch(flat(tr.obs), flat(tr.action), flat(targets(state.params, rollout)),
                       flat(tr.valid.astype(jnp.float32)))
 
-        epsilon = epsilon_at(config, state.env_steps, total_steps)
+        acted_with = epsilon(state)
         state, metrics = minibatch_epochs(minibatch_step, state, batch, key, config.update_epochs, config.num_minibatches)
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["train/epsilon"] = epsilon
-        return state._replace(env_steps=state.env_steps + batch_size), metrics
+        metrics["train/epsilon"] = acted_with
+        return state._replace(iterations=state.iterations + 1), metrics
 
     return Algorithm(
         init=init,

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_fast import phases
-from jaxrl_fast.acting import EnvCarry, EnvOptions, EvalPayload, eval_payload, init_env_carry, make_collect, observe
+from jaxrl_fast.acting import (EnvCarry, EnvOptions, EvalPayload, agents_map, eval_payload, init_env_carry, make_collect,
+                               observe)
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import EpisodeStats, XlaEnv
 from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, scan_iterations
@@ -68,8 +69,9 @@ def make_sync_loop(
     (but the handle), the keys, metrics and episode statistics get a leading agents axis. Agent j
     draws exactly the random numbers a single loop with its key draws.
     """
-    agents = num_agents > 1
-    per_agent = jax.vmap if agents else (lambda f, *args, **kwargs: f)
+    if num_agents > 1 and on_eval is not None and eval_every_iterations:
+        raise ValueError("make_sync_loop: evaluation requests of many agents (stacked policies) are not supported yet")
+    per_agent = agents_map(num_agents)
     collect = make_collect(env, options, algo.rollout_length, num_agents)
     requests = EvalRequests(on_eval, eval_every_iterations)
 
