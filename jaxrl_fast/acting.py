@@ -89,10 +89,40 @@ def step_keys(key: jax.Array, length: int) -> jax.Array:
     return jax.random.split(key, length)
 
 
-def agents_map(num_agents: int) -> Callable[..., Callable]:
-    """`jax.vmap` over the agents axis when there is one; with a single agent, the function itself
-    (a single run's program has no batching in it)."""
-    return jax.vmap if num_agents > 1 else (lambda f, *args, **kwargs: f)
+def agents_map(num_agents: int, sequential: bool = False) -> Callable[..., Callable]:
+    """`jax.vmap` over the agents axis when there is one, or `map_agents` when `sequential`; with a
+    single agent, the function itself (a single run's program has no batching in it)."""
+    if num_agents == 1:
+        return lambda f, *args, **kwargs: f
+    return map_agents if sequential else jax.vmap
+
+
+def map_agents(f: Callable, in_axes: Any = 0) -> Callable:
+    """Like `jax.vmap(f, in_axes)` (outputs on axis 0), but one agent after another (`lax.map`).
+
+    Each agent then runs the single run's program op for op, and its results are bitwise those of
+    the single run; vmapped, XLA batches the matmuls and reductions and may sum them in another
+    order (relative differences of 1e-6 after one PPO update, which Adam's many steps amplify until
+    trajectories part after a few dozen updates)."""
+
+    def mapped(*args: Any) -> Any:
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        to_front = lambda axis, part: jax.tree.map(lambda x: jnp.moveaxis(x, axis, 0), part)  # noqa: E731
+        leading = tuple(jax.tree.map(to_front, axis, arg) for axis, arg in zip(axes, args))
+        return lax.map(lambda xs: f(*xs), leading)
+
+    return mapped
+
+
+def agent_keys(seed: int, num_agents: int) -> jax.Array:
+    """A run's PRNG key, or one per agent (agent k's is the key of the single run with seed + k)."""
+    return jax.random.key(seed) if num_agents == 1 else jax.vmap(jax.random.key)(seed + jnp.arange(num_agents))
+
+
+def agent_part(tree: Any, index: int) -> Any:
+    """Agent `index`'s part of a pytree with a leading agents axis; scalars (iteration and update
+    counters) are the agents' shared ones."""
+    return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else x[index], tree)
 
 
 def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int = 1):

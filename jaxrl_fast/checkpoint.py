@@ -122,8 +122,55 @@ class Restored(NamedTuple):
         return unflatten_into(template, self.state, self.meta[item])
 
 
-def nonfinite_leaves(tree: Any) -> list[str]:
-    """Tree paths of floating-point leaves holding a NaN or an infinity (one device-to-host copy)."""
+class StackedRestored(NamedTuple):
+    """The checkpoints of a --num-seeds run's agents at one step (each a single run's checkpoint),
+    rebuilt along the leading agents axis of the run's state."""
+
+    parts: list[Restored]
+
+    @property
+    def step(self) -> int:
+        return self.parts[0].step
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.parts[0].meta
+
+    def into(self, template: dict[str, Any], item: str = "paths") -> dict[str, Any]:
+        agents = [part.into(agent_state(template, k, len(self.parts)), item) for k, part in enumerate(self.parts)]
+        return join_agents(template, agents)
+
+
+def agent_state(state: dict[str, Any], index: int, num_agents: int) -> dict[str, Any]:
+    """Agent `index`'s part of a --num-seeds run's state (a schedule's snapshot): a single run's state."""
+    from jaxrl_fast.acting import agent_part
+    from jaxrl_fast.replay import agent_columns
+
+    own = {name: agent_part(value, index) for name, value in state.items() if name != "replay"}
+    if "replay" in state:  # one buffer, each agent's envs a block of its columns
+        own["replay"] = agent_columns(state["replay"], index, num_agents)
+    return own
+
+
+def join_agents(template: dict[str, Any], agents: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's state from its agents' (the inverse of `agent_state`), placed like `template`."""
+    from jaxrl_fast.replay import join_columns
+
+    def stack(like: Any, *values: Any) -> Any:
+        if jnp.ndim(like) == 0:  # a counter the agents share
+            return values[0]
+        return jax.device_put(jnp.stack(values), like.sharding) if isinstance(like, jax.Array) else np.stack(values)
+
+    joined = {name: jax.tree.map(stack, value, *[agent[name] for agent in agents])
+              for name, value in template.items() if name != "replay"}
+    if "replay" in template:
+        replay = join_columns([agent["replay"] for agent in agents])
+        joined["replay"] = jax.tree.map(lambda like, x: jax.device_put(x, like.sharding), template["replay"], replay)
+    return joined
+
+
+def nonfinite_leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
+    """Tree paths and values of floating-point leaves holding a NaN or an infinity (one device-to-host copy)."""
     leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
               if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)]
     if not leaves:
@@ -131,17 +178,27 @@ def nonfinite_leaves(tree: Any) -> list[str]:
     # on the host: op by op on the device, each leaf's shape compiled programs of its own (a second of
     # start-up), and the parameters are small beside one training call
     values = jax.device_get([x for _, x in leaves])
-    return [path for (path, _), value in zip(leaves, values) if not np.isfinite(value).all()]
+    return [(path, value) for (path, _), value in zip(leaves, values) if not np.isfinite(value).all()]
 
 
-def check_finite(metrics: dict[str, Any], params: Any, step: int) -> None:
-    """Raise NonFiniteError naming the first non-finite loss/metric or parameter and the step."""
+def check_finite(metrics: dict[str, Any], params: Any, step: int, num_agents: int = 1) -> None:
+    """Raise NonFiniteError naming the first non-finite loss/metric or parameter and the step; with
+    `num_agents` > 1 (leaves with a leading agents axis), also the agents' run directories."""
+
+    def agents(value: np.ndarray) -> str:
+        if num_agents == 1:
+            return ""
+        finite = np.isfinite(np.asarray(value)).reshape(num_agents, -1).all(axis=1)
+        return " in " + ", ".join(f"seed_{k}" for k in np.flatnonzero(~finite))
+
     for name, value in metrics.items():
-        if name.startswith("train/") and not math.isfinite(float(value)):
-            raise NonFiniteError(f"{name} became {float(value)} at step {step}")
+        if name.startswith("train/") and not np.isfinite(value).all():
+            first = np.asarray(value).reshape(-1)[~np.isfinite(np.asarray(value).reshape(-1))][0]
+            raise NonFiniteError(f"{name} became {float(first)} at step {step}{agents(value)}")
     bad = nonfinite_leaves(params)
     if bad:
-        raise NonFiniteError(f"parameter {bad[0]} became non-finite at step {step}"
+        path, value = bad[0]
+        raise NonFiniteError(f"parameter {path} became non-finite at step {step}{agents(value)}"
                              + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
 
 
@@ -192,6 +249,12 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    def drop_after(self, step: int) -> None:
+        """Delete the checkpoints newer than `step`: a --num-seeds run stopped between its agents'
+        saves of one step resumes from the step every agent saved, and saves the newer one again."""
+        for newer in [s for s in self._manager.all_steps() if s > step]:
+            self._manager.delete(newer)
+
     def restore(self, step: int | None = None) -> Restored:
         import orbax.checkpoint as ocp
 
@@ -234,8 +297,24 @@ def open_read_only(directory: Path) -> Any:
         absl_log.removeFilter(notice)
 
 
+def seed_run_dir(run_dir: Path, index: int) -> Path:
+    """Agent `index`'s complete run directory inside a --num-seeds run's directory."""
+    return Path(run_dir) / f"seed_{index}"
+
+
+def seed_run_dirs(run_dir: Path) -> list[Path]:
+    """The agents' run directories of a --num-seeds run, in seed order (none for a single run)."""
+    found = [path for path in Path(run_dir).glob("seed_*") if path.name.removeprefix("seed_").isdigit()]
+    return sorted(found, key=lambda path: int(path.name.removeprefix("seed_")))
+
+
 def latest_step(run_dir: Path) -> int | None:
-    """The newest complete checkpoint's step, without creating anything."""
+    """The newest complete checkpoint's step, without creating anything; for a --num-seeds run, the
+    newest step every agent saved."""
+    agents = seed_run_dirs(run_dir)
+    if agents:
+        steps = [latest_step(path) for path in agents]
+        return None if None in steps else min(steps)
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
     if not directory.is_dir():
         return None

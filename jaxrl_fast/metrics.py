@@ -48,7 +48,7 @@ def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
 def check_run_dir(path: Path) -> None:
     """Raise RunDirError if `path` already holds a run or cannot be created and written."""
     if (path / "config.json").exists():
-        started = any(p.name.isdigit() for p in (path / "checkpoints").glob("*"))
+        started = any(p.name.isdigit() for p in [*path.glob("checkpoints/*"), *path.glob("seed_*/checkpoints/*")])
         raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or "
                           + (f"continue it with --resume {path}" if started else
                              f"start it over from its saved config with --resume {path} (it has no checkpoint yet)"))
@@ -212,7 +212,10 @@ class ProgressDisplay:
             print(f"step {step:>10,d}/{self._total:,d}  sps {sps:>10,.0f}  eval {self._eval}", file=self._stream, flush=True)
 
     def set_eval(self, step: int, mean: float, std: float) -> None:
-        self._eval = f"{mean:.1f}±{std:.1f}@{step:,d}"
+        self.set_eval_text(f"{mean:.1f}±{std:.1f}@{step:,d}")
+
+    def set_eval_text(self, text: str) -> None:
+        self._eval = text
         if self._bar is not None:
             self._bar.update(self._task, eval=self._eval)
 

@@ -106,8 +106,8 @@ def warm_iterations(config: TrainConfig) -> int:
 
 
 def env_threads(config: TrainConfig) -> int:
-    """EnvPool worker threads: --num-threads, or one per env up to the CPU cores."""
-    return config.num_threads or min(config.num_envs, os.cpu_count() or 1)
+    """EnvPool worker threads: --num-threads, or one per env (of every seed's) up to the CPU cores."""
+    return config.num_threads or min(config.num_envs * config.num_seeds, os.cpu_count() or 1)
 
 
 def make_plan(config: TrainConfig, algorithm: Any = None) -> Plan:

@@ -122,14 +122,31 @@ def add_many(state: ReplayState, rows: Row) -> ReplayState:
     return jax.lax.fori_loop(start, start + rows.obs.shape[0], body, state)
 
 
+def agent_columns(state: ReplayState, index: int, num_agents: int) -> ReplayState:
+    """Agent `index`'s own streams of a buffer its --num-seeds siblings share (each owns an equal
+    block of columns), as the buffer of a single run over them."""
+    width = state.rows.obs.shape[1] // num_agents
+    return state._replace(rows=jax.tree.map(lambda x: x[:, index * width:(index + 1) * width], state.rows))
+
+
+def join_columns(parts: list[ReplayState]) -> ReplayState:
+    """The shared buffer from its agents' own (the inverse of `agent_columns`)."""
+    return parts[0]._replace(rows=jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[part.rows for part in parts]))
+
+
 def num_sampleable(state: ReplayState, n_step: int) -> jax.Array:
     """Rows whose n following rows are written too (their bootstrap observation exists)."""
     filled = jnp.minimum(state.count, state.rows.obs.shape[0])
     return jnp.maximum(filled - n_step, 0)
 
 
-def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: int, gamma: float) -> Batch:
+def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: int, gamma: float,
+                 envs: tuple[Any, int] | None = None) -> Batch:
     """Uniform n-step transitions. Requires `num_sampleable(state, n_step) > 0`.
+
+    `envs = (first, count)` samples the streams `first .. first + count - 1` only (an agent's own
+    envs in a buffer its --num-seeds siblings share), drawing the numbers a buffer of `count`
+    streams would.
 
     For a start row t the return runs over steps t..t+m-1, m <= n, stopping after the first
     step that ends the episode:
@@ -142,7 +159,9 @@ def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: in
     oldest = (state.head - filled) % rows
     time_key, env_key = jax.random.split(key)
     offset = jax.random.randint(time_key, (batch_size,), 0, jnp.maximum(filled - n_step, 1))
-    env = jax.random.randint(env_key, (batch_size,), 0, num_envs)
+    env = jax.random.randint(env_key, (batch_size,), 0, num_envs if envs is None else envs[1])
+    if envs is not None:
+        env = env + envs[0]
     at = lambda field, k: field[(oldest + offset + k) % rows, env]  # noqa: E731
 
     reward = jnp.zeros((batch_size,), jnp.float32)

@@ -67,9 +67,18 @@ def validate(config: TrainConfig) -> None:
          f"--env-batch-size {config.env_batch_size} (EnvPool's async mode) is for the --schedule async actors; "
          f"the {config.schedule} schedule steps all --num-envs together inside its jitted program")
     need(config.calibration_budget_s > 0, f"--calibration-budget-s must be positive, got {config.calibration_budget_s}")
-    max_seed = 2**31 - 1 - EVAL_SEED_OFFSET - max(config.num_envs, config.eval_episodes)  # EnvPool seeds are int32
+    need(config.num_seeds >= 1, f"--num-seeds must be at least 1, got {config.num_seeds}")
+    if config.num_seeds > 1:
+        need(config.schedule == "sync", f"--num-seeds trains its agents in the sync schedule's one program; "
+             f"--schedule {config.schedule} runs one agent (leave --num-seeds out, or use --schedule sync)")
+        need(config.placement != "split", "--num-seeds trains every agent in one program on one device; "
+             "--placement split runs one agent's roles on two (use --placement single or auto)")
+        need(not (config.calibrate or config.recalibrate), "--calibrate sizes one agent's run; with --num-seeds give "
+             "--num-envs (each agent's) yourself, or calibrate a single-seed run first and reuse its sizes")
+    max_seed = 2**31 - 1 - EVAL_SEED_OFFSET - max(config.num_envs, config.eval_episodes) - (config.num_seeds - 1)
     need(0 <= config.seed <= max_seed, f"--seed must be between 0 and {max_seed} (EnvPool seeds env i with "
-         f"--seed + i in 32 bits, evaluation envs with --seed + {EVAL_SEED_OFFSET} + i), got {config.seed}")
+         f"--seed + i in 32 bits, evaluation envs with --seed + {EVAL_SEED_OFFSET} + i"
+         + (", and --num-seeds adds up to N - 1" if config.num_seeds > 1 else "") + f"), got {config.seed}")
     need(config.target_return is None or math.isfinite(config.target_return),
          f"--target-return must be a finite number, got {config.target_return}")
     need(config.run_dir is None or str(config.run_dir) not in ("", "."),

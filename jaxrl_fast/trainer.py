@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -26,13 +27,13 @@ import numpy as np
 
 from jaxrl_fast import compile_cache
 from jaxrl_fast import placement as placements
-from jaxrl_fast.acting import env_options, observe
+from jaxrl_fast.acting import agent_part, env_options, observe
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveError, NonFiniteError, Restored, check_finite,
-                                   latest_step, write_policy_info)
+from jaxrl_fast.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveError, NonFiniteError, Restored, StackedRestored,
+                                   agent_state, check_finite, latest_step, seed_run_dir, write_policy_info)
 from jaxrl_fast.config import TrainConfig, family, run_dict
 from jaxrl_fast.curves import CURVE_FILE, LearningCurve
-from jaxrl_fast.env import XlaEnv, make_xla_env
+from jaxrl_fast.env import EnvSpec, XlaEnv, agent_env_seeds, make_xla_env
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 read_metrics, truncate_metrics, write_json)
@@ -64,19 +65,24 @@ class TargetWatch:
             self.reached.set()
 
 
-@dataclasses.dataclass
-class Run:
-    """A run's parts, as `build` assembles them."""
+class EvalBoard:
+    """The progress display's evaluation field: a run's latest evaluation or, with --num-seeds, the
+    spread of the agents' latest ones (called from the evaluators' threads)."""
 
-    config: TrainConfig
-    run_dir: Path
-    checkpointer: Checkpointer
-    restored: Restored | None
-    env: XlaEnv
-    plan: Plan
-    schedule: Schedule
-    evaluator: Evaluator
-    report: Report
+    def __init__(self, progress: ProgressDisplay, num_seeds: int):
+        self.progress = progress
+        self.latest: list[float | None] = [None] * num_seeds
+        self._lock = threading.Lock()
+
+    def show(self, index: int, result: EvalResult) -> None:
+        if len(self.latest) == 1:
+            self.progress.set_eval(result.step, result.mean, result.std)
+            return
+        with self._lock:
+            self.latest[index] = result.mean
+            means = [mean for mean in self.latest if mean is not None]
+            self.progress.set_eval_text(f"median {np.median(means):.1f} [{min(means):.1f}, {max(means):.1f}] "
+                                        f"of {len(means)}/{len(self.latest)} seeds")
 
 
 class LoggedEval(NamedTuple):
@@ -88,12 +94,12 @@ class LoggedEval(NamedTuple):
 
 
 class Report:
-    """Everything a run writes as it goes: metrics lines, TensorBoard, progress, the learning curve,
+    """Everything one agent's run writes as it goes: metrics lines, TensorBoard, the learning curve,
     and the evaluation results (kept by step: the final evaluation reuses one of the last step)."""
 
-    def __init__(self, config: TrainConfig, run_dir: Path, plan: Plan, restored: Restored | None):
+    def __init__(self, config: TrainConfig, run_dir: Path, restored: Restored | None, show: Callable[[EvalResult], None]):
         self.sink = MetricsSink(run_dir, rebuild_tensorboard=restored is not None)
-        self.progress = ProgressDisplay(plan.total_steps, config.progress)
+        self.show = show
         self.target = TargetWatch(config.target_return)
         self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}")
         self.results: dict[int, EvalResult] = {}
@@ -114,7 +120,7 @@ class Report:
             "eval/episode_length": float(np.mean(result.lengths)),
             "eval/duration_s": result.duration_s,
         })
-        self.progress.set_eval(result.step, result.mean, result.std)
+        self.show(result)
         self.target.observe(result)
         self.curve.update()  # after the line it draws is written
 
@@ -127,11 +133,45 @@ class Report:
             record["train/episode_length"] = float(episodes.length_sum) / count
         record["train/episodes"] = count
         self.sink.write(step, record)
-        self.progress.update(step, record["sps"])
 
 
-def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Restored | None]:
-    """The run directory, its checkpointer and, when resuming, the newest complete checkpoint."""
+@dataclasses.dataclass
+class SeedRun:
+    """One agent's run: its directory and what writes it. A single run is one; a --num-seeds run has
+    one per agent, each in RUN_DIR/seed_<k> and a complete single run's directory (its config says
+    its own seed and one seed), so that `load_policy` and `--resume` take it alone."""
+
+    index: int  # along the agents axis of the run's state
+    config: TrainConfig
+    run_dir: Path
+    checkpointer: Checkpointer
+    restored: Restored | None
+    report: Report | None = None
+    evaluator: Evaluator | None = None
+
+
+@dataclasses.dataclass
+class Run:
+    """A run's parts, as `build` assembles them."""
+
+    config: TrainConfig
+    run_dir: Path
+    seeds: list[SeedRun]
+    restored: Restored | StackedRestored | None  # what the schedule starts from
+    env: XlaEnv
+    spec: EnvSpec  # one agent's env (a --num-seeds run's pool has num_seeds times its envs)
+    plan: Plan
+    schedule: Schedule | None
+    progress: ProgressDisplay
+
+    def agent(self, tree: Any, index: int) -> Any:
+        """Agent `index`'s part of a pytree with the agents axis (a single run's tree itself)."""
+        return tree if self.config.num_seeds == 1 else agent_part(tree, index)
+
+
+def open_run(config: TrainConfig, resume: bool, step: int | None = None) -> tuple[Path, Checkpointer, Restored | None]:
+    """The run directory, its checkpointer and, when resuming, its checkpoint at `step` (default the
+    newest complete one)."""
     if config.video_interval:  # refuse before anything is written (cached: the CLI asked already)
         from jaxrl_fast.video import check_video_support
 
@@ -142,12 +182,51 @@ def open_run(config: TrainConfig, resume: bool) -> tuple[Path, Checkpointer, Res
     if resume:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
-        restored = checkpointer.restore()
+        restored = checkpointer.restore(step)
+        checkpointer.drop_after(restored.step)
         # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it)
         truncate_metrics(run_dir / "metrics.jsonl", restored.step)
         return run_dir, checkpointer, restored
     run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
+
+
+def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:
+    """Agent `index`'s own config: the single run with seed `seed + index` in RUN_DIR/seed_<index>."""
+    own = seed_run_dir(run_dir, index)
+    return dataclasses.replace(config, seed=config.seed + index, num_seeds=1, run_dir=own,
+                               resume=own if config.resume is not None else None)
+
+
+def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[SeedRun]]:
+    """The run directory and each agent's run; a resumed --num-seeds run restores every agent at the
+    newest step all of them saved, or starts every one over when one has no checkpoint."""
+    if config.num_seeds == 1:
+        run_dir, checkpointer, restored = open_run(config, resume)
+        return run_dir, [SeedRun(0, dataclasses.replace(config, run_dir=run_dir), run_dir, checkpointer, restored)]
+    run_dir = Path(config.run_dir) if resume else create_run_dir(
+        config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+    step = latest_step(run_dir) if resume else None
+    if resume and step is None:
+        clear_outputs(run_dir)
+    seeds = []
+    for index in range(config.num_seeds):
+        own = seed_config(config, run_dir, index)
+        if resume and step is None:  # every agent starts over, in its directory
+            own.run_dir.mkdir(exist_ok=True)
+            clear_outputs(own.run_dir)
+            seeds.append(SeedRun(index, own, own.run_dir, Checkpointer(own.run_dir, config.keep_checkpoints), None))
+            continue
+        own_dir, checkpointer, restored = open_run(own, resume, step)
+        seeds.append(SeedRun(index, own, own_dir, checkpointer, restored))
+    return run_dir, seeds
+
+
+def stacked(restored: list[Restored | None]) -> Restored | StackedRestored | None:
+    """What the schedule starts from: one checkpoint, or the agents' stacked (None: a new run)."""
+    if None in restored:
+        return None
+    return restored[0] if len(restored) == 1 else StackedRestored(restored)
 
 
 RUN_OUTPUTS = ("metrics.jsonl", "summary.json", CURVE_FILE, TB_EVENTS, CHECKPOINT_DIR, VIDEO_DIR, PROFILE_DIR)
@@ -163,53 +242,70 @@ def clear_outputs(run_dir: Path) -> None:
 def record_config(run: Run, calibration: Any) -> None:
     """config.json: the resolved configuration once, as `train_config` (the run's fields and its
     algorithm's group: what --resume reads), beside what was resolved from it (threads,
-    placement, plan, devices, ...); a resumed run appends what changed."""
-    config, run_dir, restored = run.config, run.run_dir, run.restored
-    if restored is not None:
-        saved = json.loads((run_dir / "config.json").read_text())
-        saved["train_config"] = run_dict(config)  # a longer --total-steps holds for the next resume too
-        saved.setdefault("resumed", []).append({"from_step": restored.step, "total_steps": config.total_steps})
-        write_json(run_dir / "config.json", saved)
+    placement, plan, devices, ...); a resumed run appends what changed. A --num-seeds run writes
+    its own in RUN_DIR and one per agent, with the agent's own config, in RUN_DIR/seed_<k>."""
+    records = [(run.config, run.run_dir)] + ([(seed.config, seed.run_dir) for seed in run.seeds] if len(run.seeds) > 1 else [])
+    if run.restored is not None:
+        for config, run_dir in records:
+            saved = json.loads((run_dir / "config.json").read_text())
+            saved["train_config"] = run_dict(config)  # a longer --total-steps holds for the next resume too
+            saved.setdefault("resumed", []).append({"from_step": run.restored.step, "total_steps": config.total_steps})
+            write_json(run_dir / "config.json", saved)
         return
     plan = dataclasses.asdict(run.plan)
-    if family(config) == "off_policy":
-        plan["off_policy"] = run_off_policy_plan(config)._asdict()
+    if family(run.config) == "off_policy":
+        plan["off_policy"] = run_off_policy_plan(run.config)._asdict()
     resolved = {
-        "train_config": run_dict(config),
-        "run_dir": str(run_dir),
         "num_threads": run.plan.num_threads,
-        "schedule": config.schedule,
+        "schedule": run.config.schedule,
         "placement": run.schedule.describe(),
         "plan": plan,
-        "env_spec": dataclasses.asdict(run.env.spec),
+        "env_spec": dataclasses.asdict(run.spec),
         "devices": placements.describe_devices(),
         "versions": {"jax": jax.__version__, "envpool": _version("envpool"), "flax": _version("flax")},
     }
     if calibration is not None:
         resolved["calibration"] = dataclasses.asdict(calibration)
-    write_json(run_dir / "config.json", resolved)
-    write_policy_info(run_dir, {"train_config": run_dict(config), "env_spec": dataclasses.asdict(run.env.spec)})
+    if len(run.seeds) > 1:
+        resolved["seed_run_dirs"] = [str(seed.run_dir) for seed in run.seeds]
+    for config, run_dir in records:
+        write_json(run_dir / "config.json", dict(resolved, train_config=run_dict(config), run_dir=str(run_dir)))
+    for seed in run.seeds:
+        write_policy_info(seed.run_dir, {"train_config": run_dict(seed.config), "env_spec": dataclasses.asdict(run.spec)})
 
 
 def build(config: TrainConfig, resume: bool) -> Run:
     """Everything a run needs, in the order each part needs the others."""
-    run_dir, checkpointer, restored = open_run(config, resume)
+    run_dir, seeds = open_seeds(config, resume)
+    restored = stacked([seed.restored for seed in seeds])
+    agents, per_agent = config.num_seeds, config.num_envs
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
-    env_seed = (config.seed + restored.step) % (2**31 - config.num_envs) if restored else config.seed
-    env = make_xla_env(config.env, config.num_envs, env_threads(config), env_seed)
-    algo = make_algorithm(config, env.spec)
+    env_seed = (config.seed + restored.step) % (2**31 - per_agent - (agents - 1)) if restored else config.seed
+    env = make_xla_env(config.env, agents * per_agent, env_threads(config),
+                       agent_env_seeds(env_seed, agents, per_agent) if agents > 1 else env_seed)
+    spec = dataclasses.replace(env.spec, num_envs=per_agent)  # what one agent acts in
+    algo = make_algorithm(config, spec)
     plan = make_plan(config, algo)
     options = env_options(config)
-    report = Report(config, run_dir, plan, restored)
+    progress = ProgressDisplay(plan.total_steps, config.progress)
+    board = EvalBoard(progress, agents)
     policy = jax.jit(lambda payload, obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
-    evaluator = Evaluator(
-        config.env, config.eval_episodes, config.seed + EVAL_SEED_OFFSET, lambda payload, obs: np.asarray(policy(payload, obs)),
-        report.evaluation, env.spec.max_episode_steps,
-        VideoPlan(run_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
-    )
-    on_eval = lambda payload, iteration: evaluator.request(payload, plan.step_at(int(iteration)))  # noqa: E731
-    schedule = build_schedule(config, env, on_eval, algo)
-    return Run(config, run_dir, checkpointer, restored, env, plan, schedule, evaluator, report)
+    for seed in seeds:
+        seed.report = Report(seed.config, seed.run_dir, seed.restored, functools.partial(board.show, seed.index))
+        seed.evaluator = Evaluator(
+            config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
+            lambda payload, obs: np.asarray(policy(payload, obs)), seed.report.evaluation, spec.max_episode_steps,
+            VideoPlan(seed.run_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
+        )
+    run = Run(config, run_dir, seeds, restored, env, spec, plan, None, progress)
+
+    def on_eval(payload: Any, iteration: Any) -> None:
+        step = plan.step_at(int(iteration))
+        for seed in seeds:
+            seed.evaluator.request(run.agent(payload, seed.index), step)
+
+    run.schedule = build_schedule(config, env, on_eval, algo)
+    return run
 
 
 def build_schedule(config: TrainConfig, env: XlaEnv, on_eval: Any = None, algo: Any = None) -> Schedule:
@@ -234,8 +330,12 @@ class Progress:
 
 
 def save_checkpoint(run: Run, progress: Progress, step: int) -> None:
+    """One checkpoint per agent, each a single run's (a --num-seeds run's agents one after another)."""
     state, schedule_meta = run.schedule.snapshot()
-    run.checkpointer.save(step, state, run.schedule.eval_payload(), {"iterations": progress.done, "schedule": schedule_meta})
+    payload = run.schedule.eval_payload()
+    for seed in run.seeds:
+        own = state if len(run.seeds) == 1 else agent_state(state, seed.index, len(run.seeds))
+        seed.checkpointer.save(step, own, run.agent(payload, seed.index), {"iterations": progress.done, "schedule": schedule_meta})
     progress.saved_at = progress.done
 
 
@@ -261,14 +361,20 @@ def train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTra
         worker.shutdown(wait=not stop.forced)  # a call a second SIGINT cut short is not waited for
 
 
+def every_target_reached(run: Run) -> bool:
+    return all(seed.report.target.reached.is_set() for seed in run.seeds)
+
+
 def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTracer | None, work: Callable) -> None:
     plan, schedule, config = run.plan, run.schedule, run.config
     checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
     progress.compile_s = work(lambda: schedule.start(run.restored))
-    run.evaluator.prepare(schedule.eval_payload(), run.env.spec.obs_shape)  # beside the first training call
+    payload = schedule.eval_payload()
+    for seed in run.seeds:  # beside the first training call
+        seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape)
     progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
-    while progress.done < plan.total_iterations and not run.report.target.reached.is_set():
+    while progress.done < plan.total_iterations and not every_target_reached(run):
         if stop.signal is not None:
             raise KeyboardInterrupt
         n = min(iterations_to_grid(plan, progress.done), plan.total_iterations - progress.done)
@@ -283,50 +389,41 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
         calls += 1
         step = plan.step_at(progress.done)
         learner = {k: v for k, v in schedule.snapshot().state.items() if k != "replay"}
-        check_finite(result.metrics, learner, step)  # before anything of this call is logged or saved
-        run.report.training(step, n * plan.steps_per_iteration, n * plan.update_frames_per_iteration, elapsed,
-                            result.metrics, result.episodes)
+        check_finite(result.metrics, learner, step, config.num_seeds)  # before anything of this call is logged or saved
+        for seed in run.seeds:
+            seed.report.training(step, n * plan.steps_per_iteration, n * plan.update_frames_per_iteration, elapsed,
+                                 run.agent(result.metrics, seed.index), run.agent(result.episodes, seed.index))
+        run.progress.update(step, len(run.seeds) * n * plan.steps_per_iteration / elapsed)
         if checkpoint_every and progress.done - progress.saved_at >= checkpoint_every:
             save_checkpoint(run, progress, step)
     if stop.signal is not None:  # one that came during the last call is honoured too
         raise KeyboardInterrupt
 
 
-def final_evaluation(run: Run, progress: Progress, steps: int) -> EvalResult | LoggedEval | None:
-    """The evaluation of the last step (reused when the evaluator ran it already)."""
+def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int) -> EvalResult | LoggedEval | None:
+    """An agent's evaluation of the last step (reused when its evaluator ran it already)."""
     final: EvalResult | None = None
     try:
         if progress.done and not progress.interrupted and progress.error is None:
-            run.evaluator.wait_idle(timeout=600)
-            final = run.report.results.get(steps) or run.report.logged.get(steps)
+            seed.evaluator.wait_idle(timeout=600)
+            final = seed.report.results.get(steps) or seed.report.logged.get(steps)
             if final is None:
                 # placed where the periodic evaluations' payloads arrive, so that it reuses their program
-                final = run.evaluator.evaluate(jax.device_put(run.schedule.eval_payload(), placements.host_device()), steps)
-                run.report.evaluation(final)
+                payload = jax.device_put(run.agent(run.schedule.eval_payload(), seed.index), placements.host_device())
+                final = seed.evaluator.evaluate(payload, steps)
+                seed.report.evaluation(final)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
-        run.evaluator.failures += 1
+        seed.evaluator.failures += 1
         log.exception("final evaluation failed")
     finally:
-        run.evaluator.close()
-        run.report.progress.close()
+        seed.evaluator.close()
     return final
 
 
-def finish(run: Run, progress: Progress) -> dict[str, Any]:
-    """The final checkpoint and evaluation, then summary.json."""
-    plan, report, evaluator = run.plan, run.report, run.evaluator
-    steps = plan.step_at(progress.done) if progress.done else 0
-    if progress.error is None and not progress.forced and progress.done > progress.saved_at:  # the end (or an interruption) is a checkpoint too
-        try:
-            save_checkpoint(run, progress, steps)
-        except Exception as failure:  # a failed write: the run ends with an error, the last good checkpoint stays
-            progress.error = failure
-    try:
-        run.checkpointer.close()
-    except Exception as failure:  # the write that failed reports again here; it was reported once
-        log.debug("closing the checkpointer: %s", failure)
-    final = final_evaluation(run, progress, steps)
-    report.curve.close()  # its last redraw, before summary.json counts the failures
+def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final: EvalResult | LoggedEval | None) -> dict[str, Any]:
+    """An agent's summary.json."""
+    plan, report, evaluator = run.plan, seed.report, seed.evaluator
+    report.curve.close()  # its last redraw, before the summary counts the failures
     trained = progress.done * plan.steps_per_iteration
     summary = {
         "final_eval_return_mean": final.mean if final else None,
@@ -340,13 +437,15 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
         "target_return": run.config.target_return,
         "eval_failures": evaluator.failures,
         "eval_skipped": evaluator.skipped,
-        "videos": [str(path.relative_to(run.run_dir)) for path in evaluator.videos],
+        "videos": [str(path.relative_to(seed.run_dir)) for path in evaluator.videos],
         "video_failures": evaluator.video_failures,
         "curve_failures": report.curve.failures,
         "interrupted": progress.interrupted,
         "schedule": run.config.schedule,
     }
     summary.update(run.schedule.summary(progress.train_s))
+    if len(run.seeds) > 1:
+        summary["num_seeds_run"] = run.config.num_seeds  # trained beside the other agents of RUN_DIR
     if progress.profile is not None:
         summary["profile"] = progress.profile
     if progress.error is not None:
@@ -354,15 +453,73 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
     if report.target.time_s is not None:
         summary["time_to_target_s"] = report.target.time_s
         summary["target_step"] = report.target.step
-    write_json(run.run_dir / "summary.json", summary)
+    write_json(seed.run_dir / "summary.json", summary)
     report.sink.close()
-    report.progress.message(
-        f"done: {steps:,d} steps in {summary['wall_s']:.1f} s, final eval "
-        + (f"{final.mean:.1f} ± {final.std:.1f}" if final else "-")
-        + (f", target reached at {report.target.time_s:.1f} s" if report.target.time_s is not None else "")
-        + f" -> {run.run_dir}"
-    )
     return summary
+
+
+def seeds_summary(run: Run, progress: Progress, steps: int, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A --num-seeds run's RUN_DIR/summary.json: each agent's figures and their aggregates."""
+    from jaxrl_fast.aggregate import aggregate
+
+    finals = [s["final_eval_return_mean"] for s in summaries]
+    summary = {
+        "num_seeds": run.config.num_seeds,
+        "seeds": [seed.config.seed for seed in run.seeds],
+        "seed_run_dirs": [str(seed.run_dir) for seed in run.seeds],
+        "final_eval_return_mean": finals,
+        "final_eval_return": aggregate(finals) if None not in finals else None,
+        "steps": steps,
+        "wall_s": time.time() - PROCESS_START,
+        "train_s": progress.train_s,
+        "compile_s": progress.compile_s,
+        "sps": len(run.seeds) * progress.done * run.plan.steps_per_iteration / progress.train_s if progress.train_s else None,
+        "target_return": run.config.target_return,
+        "time_to_target_s": [s.get("time_to_target_s") for s in summaries],
+        "target_step": [s.get("target_step") for s in summaries],
+        "eval_failures": sum(s["eval_failures"] for s in summaries),
+        "interrupted": progress.interrupted,
+        "schedule": run.config.schedule,
+    }
+    if progress.error is not None:
+        summary["error"] = f"{type(progress.error).__name__}: {progress.error}"
+    write_json(run.run_dir / "summary.json", summary)
+    return summary
+
+
+def finish(run: Run, progress: Progress) -> dict[str, Any]:
+    """The final checkpoints and evaluations, then summary.json (each agent's, and their aggregate)."""
+    steps = run.plan.step_at(progress.done) if progress.done else 0
+    if progress.error is None and not progress.forced and progress.done > progress.saved_at:  # the end (or an interruption) is a checkpoint too
+        try:
+            save_checkpoint(run, progress, steps)
+        except Exception as failure:  # a failed write: the run ends with an error, the last good checkpoint stays
+            progress.error = failure
+    for seed in run.seeds:
+        try:
+            seed.checkpointer.close()
+        except Exception as failure:  # the write that failed reports again here; it was reported once
+            log.debug("closing the checkpointer: %s", failure)
+    finals = [final_evaluation(run, seed, progress, steps) for seed in run.seeds]
+    run.progress.close()
+    summaries = [seed_summary(run, seed, progress, steps, final) for seed, final in zip(run.seeds, finals)]
+    summary = summaries[0] if len(run.seeds) == 1 else seeds_summary(run, progress, steps, summaries)
+    run.progress.message(f"done: {steps:,d} steps in {summary['wall_s']:.1f} s, " + outcome_text(run, finals) + f" -> {run.run_dir}")
+    return summary
+
+
+def outcome_text(run: Run, finals: list[EvalResult | LoggedEval | None]) -> str:
+    """The end line's results: the final evaluation and when the target was reached, or their spread over the seeds."""
+    reached = [seed.report.target.time_s for seed in run.seeds]
+    if len(run.seeds) == 1:
+        final, = finals
+        return ("final eval " + (f"{final.mean:.1f} ± {final.std:.1f}" if final else "-")
+                + (f", target reached at {reached[0]:.1f} s" if reached[0] is not None else ""))
+    means = [final.mean for final in finals if final is not None]
+    text = (f"final eval over {len(means)} seeds: median {np.median(means):.1f} [{min(means):.1f}, {max(means):.1f}]"
+            if means else "final eval -")
+    times = [t for t in reached if t is not None]
+    return text + (f", target reached by {len(times)}/{len(reached)} seeds (the last at {max(times):.1f} s)" if times else "")
 
 
 def plural(count: int, noun: str) -> str:
@@ -386,15 +543,19 @@ def train(config: TrainConfig, calibration: Any = None, resume: bool = False, st
     if config.compile_cache:  # the CLI did this already; in-process callers (tests, notebooks) get it here
         compile_cache.enable()
     run = build(config, resume)
+    message = run.progress.message
     if resume and run.restored is None:
-        run.report.progress.message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config")
+        message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config")
     record_config(run, calibration)
     progress = Progress(saved_at=run.restored.meta["iterations"] if run.restored else 0)
-    message = run.report.progress.message
     if run.restored is not None:
         message(f"resuming {run.run_dir} from its checkpoint at step {run.restored.step:,d}")
-    message(f"{config.algo} on {config.env}: {run.plan.total_steps:,d} steps, {plural(config.num_envs, 'env')}, "
-            f"{plural(run.plan.num_threads, 'EnvPool thread')}, {placement_text(run.schedule.describe())} -> {run.run_dir}")
+    sizes = f"{run.plan.total_steps:,d} steps, {plural(config.num_envs, 'env')}"
+    if config.num_seeds > 1:
+        sizes = (f"{config.num_seeds} seeds ({config.seed}-{config.seed + config.num_seeds - 1}), each "
+                 f"{run.plan.total_steps:,d} steps over {plural(config.num_envs, 'env')}")
+    message(f"{config.algo} on {config.env}: {sizes}, {plural(run.plan.num_threads, 'EnvPool thread')}, "
+            f"{placement_text(run.schedule.describe())} -> {run.run_dir}")
     tracer = None
     if config.profile:
         window = profile_window(config.profile_start, config.profile_calls, planned_calls(config))

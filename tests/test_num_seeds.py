@@ -1,6 +1,7 @@
 """Many agents in one program: agent k of an N-agent loop is the single run with seed `seed + k`."""
 
 import dataclasses
+import json
 
 import chex
 import jax
@@ -8,13 +9,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.acting import EnvOptions, agent_keys, agent_part, env_options
+from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
 from jaxrl_fast.algos.pqn import PQNConfig, make_pqn
+from jaxrl_fast.checkpoint import latest_step, load_policy
+from jaxrl_fast.config import config_from_dict
 from jaxrl_fast.env import agent_env_seeds, make_pool, make_xla_env
+from jaxrl_fast.metrics import read_metrics
+from jaxrl_fast.placement import resolve
+from jaxrl_fast.plan import run_off_policy_plan
+from jaxrl_fast.presets import resolve_defaults
+from jaxrl_fast.replay import agent_columns
+from jaxrl_fast.schedules.offpolicy import make_off_policy_loop
 from jaxrl_fast.schedules.sync import make_sync_loop
+from jaxrl_fast.train import main
+from jaxrl_fast.trainer import train
 
 SEED, AGENTS, ENVS = 3, 2, 4
+LAST = AGENTS - 1  # the agent compared with its single run: neither its envs nor its key come first
 
 
 def test_one_pool_seeds_each_agents_envs_as_a_single_run_with_its_seed():
@@ -25,13 +38,13 @@ def test_one_pool_seeds_each_agents_envs_as_a_single_run_with_its_seed():
         np.testing.assert_array_equal(obs[k * ENVS:(k + 1) * ENVS], single)
 
 
-def run_loop(make, hyper, num_agents, seed, options, iterations=2):
+def run_loop(make, hyper, num_agents, seed, options, iterations=2, batched_updates=False):
     seeds = agent_env_seeds(seed, num_agents, ENVS) if num_agents > 1 else seed
     env = make_xla_env("CartPole-v1", num_envs=num_agents * ENVS, num_threads=1, seed=seeds)
     algo = make(hyper, dataclasses.replace(env.spec, num_envs=ENVS), 10_000)  # each agent's own envs
-    loop = make_sync_loop(algo, env, options, iterations, eval_every_iterations=0, on_eval=None, num_agents=num_agents)
-    keys = jax.vmap(jax.random.key)(jnp.arange(seed, seed + num_agents)) if num_agents > 1 else jax.random.key(seed)
-    state = jax.jit(loop.init)(keys, env.handle, env.reset())
+    loop = make_sync_loop(algo, env, options, iterations, eval_every_iterations=0, on_eval=None, num_agents=num_agents,
+                          batched_updates=batched_updates)
+    state = jax.jit(loop.init)(agent_keys(seed, num_agents), env.handle, env.reset())
     state, metrics = loop.run(state, jnp.int32(iterations))
     return jax.block_until_ready((state, metrics))  # before the pool is freed with `env`
 
@@ -42,19 +55,100 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name, normalize", [("ppo", False), ("pqn", True)], ids=["ppo", "pqn-normalized"])
-def test_agent_k_of_many_trains_like_the_single_run_with_seed_k(name, normalize):
-    make, hyper = CASES[name]
-    options = EnvOptions(normalize, normalize, 0.99)
-    many, many_metrics = run_loop(make, hyper, AGENTS, SEED, options)
+def test_agent_k_of_many_is_bitwise_the_single_run_with_seed_k():
+    """The agents act vmapped and learn one after another: nothing is summed in another order."""
+    make, hyper = CASES["ppo"]
+    options = EnvOptions(False, False, 0.99)
+    many, many_metrics = run_loop(make, hyper, AGENTS, SEED, options, iterations=3)
+    single, single_metrics = run_loop(make, hyper, 1, SEED + LAST, options, iterations=3)
+    chex.assert_trees_all_equal(agent_part(many.algo, LAST), single.algo)
+    chex.assert_trees_all_equal(agent_part(many_metrics.episodes, LAST), single_metrics.episodes)
+    # reductions whose results only leave the program (the logged means) may round differently
+    chex.assert_trees_all_close(agent_part(many_metrics.train, LAST), single_metrics.train, rtol=1e-6)
+
+
+def test_batched_updates_match_the_single_runs_up_to_reassociation():
+    make, hyper = CASES["pqn"]
+    options = EnvOptions(True, True, 0.99)  # the normalization statistics are each agent's own
+    many, many_metrics = run_loop(make, hyper, AGENTS, SEED, options, batched_updates=True)
+    single, single_metrics = run_loop(make, hyper, 1, SEED + LAST, options)
+    # batched matmuls may sum in another order: equal up to floating-point reassociation
+    chex.assert_trees_all_close(agent_part(many.algo, LAST), single.algo, rtol=2e-4, atol=2e-5)
+    np.testing.assert_array_equal(many.env.obs[LAST], single.env.obs)  # same actions, same trajectories
+    for field in ("count", "length_sum"):
+        assert int(getattr(many_metrics.episodes, field)[LAST]) == int(getattr(single_metrics.episodes, field))
+    chex.assert_trees_all_close(agent_part(many.env.obs_moments, LAST), single.env.obs_moments, rtol=1e-5)
+
+
+def off_policy_loop(num_agents, seed):
+    config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), seed=seed,
+                                 num_seeds=num_agents, total_steps=4_000)
+    envs = config.num_envs
+    env = make_xla_env("Pendulum-v1", num_agents * envs, 1, agent_env_seeds(seed, num_agents, envs) if num_agents > 1 else seed)
+    algo = make_algorithm(config, dataclasses.replace(env.spec, num_envs=envs))
+    loop = make_off_policy_loop(algo, env, env_options(config), run_off_policy_plan(config), resolve(config), "fresh",
+                                iterations_per_call=4, eval_every_iterations=0, on_eval=None, num_agents=num_agents)
+    state, _ = loop.warmup(loop.init(agent_keys(seed, num_agents), env.handle, env.reset()))
+    state, _, _ = loop.run(state, 2)
+    return jax.block_until_ready(state), env
+
+
+def test_off_policy_agents_share_one_buffer_and_each_learns_as_its_single_run():
+    many, _ = off_policy_loop(AGENTS, SEED)
+    single, _ = off_policy_loop(1, SEED + LAST)
+    # the same rows in the agent's own columns of the shared buffer, so the same actions were taken
+    chex.assert_trees_all_equal(agent_columns(many.replay, LAST, AGENTS), single.replay)
+    # XLA fuses SAC's updates inside the agents' loop differently from a single run's: their last
+    # bits may differ (PPO's do not)
+    chex.assert_trees_all_close(agent_part(many.actor, LAST), single.actor, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(agent_part(many.critic, LAST), single.critic, rtol=1e-5, atol=1e-6)
+
+
+def ppo_config(run_dir, **changes):
+    config = resolve_defaults("CartPole-v1", "ppo", "classic_control")
+    return dataclasses.replace(config, total_steps=4_096, eval_interval=2_048, log_interval=1_024, run_dir=run_dir,
+                               progress="off", checkpoint_interval=2_048, **changes)
+
+
+@pytest.mark.slow
+def test_num_seeds_run_writes_a_single_run_directory_per_seed_equal_to_that_seeds_run(tmp_path):
+    root = tmp_path / "seeds"
+    summary = train(ppo_config(root, seed=SEED, num_seeds=AGENTS))
+    train(ppo_config(tmp_path / "single", seed=SEED + 1))
+    # agent 1 is the single run with seed + 1: the same episodes and evaluations, the same losses (to
+    # the last bits of the logged means)
+    ignore = {"wall_s", "sps", "update_frames_per_s", "eval/duration_s"}
+    lines = lambda run: [{k: v for k, v in line.items() if k not in ignore} for line in read_metrics(run / "metrics.jsonl")]  # noqa: E731
+    agent, single = lines(root / "seed_1"), lines(tmp_path / "single")
+    assert len(agent) == len(single) == 6
+    for ours, theirs in zip(agent, single):
+        assert ours == pytest.approx(theirs, rel=1e-6)
     for k in range(AGENTS):
-        single, single_metrics = run_loop(make, hyper, 1, SEED + k, options)
-        agent = jax.tree.map(lambda x: x[k], many.algo)
-        # batched matmuls may sum in another order: equal up to floating-point reassociation
-        chex.assert_trees_all_close(agent, single.algo, rtol=2e-4, atol=2e-5)
-        np.testing.assert_array_equal(many.env.obs[k], single.env.obs)  # same actions, same trajectories
-        for field in ("count", "length_sum"):
-            assert int(getattr(many_metrics.episodes, field)[k]) == int(getattr(single_metrics.episodes, field))
-        if normalize:
-            chex.assert_trees_all_close(jax.tree.map(lambda x: x[k], many.env.obs_moments), single.env.obs_moments,
-                                        rtol=1e-5)
+        own = json.loads((root / f"seed_{k}" / "config.json").read_text())["train_config"]
+        assert own["seed"] == SEED + k and own["num_seeds"] == 1 and own["num_envs"] == 8
+        assert json.loads((root / f"seed_{k}" / "summary.json").read_text())["steps"] == 4_096
+        assert (root / f"seed_{k}" / "learning_curve.png").exists()
+    policy = load_policy(root / "seed_1")
+    assert policy(np.zeros((3, 4), np.float32)).shape == (3,)
+    assert summary == json.loads((root / "summary.json").read_text())
+    assert summary["seeds"] == [SEED, SEED + 1] and summary["steps"] == 4_096
+    final = summary["final_eval_return"]
+    assert final["per_seed"] == summary["final_eval_return_mean"] and len(final["per_seed"]) == AGENTS
+    assert final["iqm_ci95"][0] <= final["iqm"] <= final["iqm_ci95"][1]
+    # --resume RUN_DIR continues every agent from its checkpoint
+    resumed = dataclasses.replace(config_from_dict(json.loads((root / "config.json").read_text())["train_config"]),
+                                  total_steps=6_144, run_dir=root, resume=root)
+    summary = train(resumed, resume=True)
+    assert summary["steps"] == 6_144 and latest_step(root) == 6_144
+    assert [json.loads((root / f"seed_{k}" / "summary.json").read_text())["steps"] for k in range(AGENTS)] == [6_144] * 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-seeds", "0"], "--num-seeds must be at least 1"),
+    (["--num-seeds", "2", "--schedule", "concurrent"], "--num-seeds trains its agents in the sync schedule"),
+    (["--num-seeds", "2", "--algo", "sac", "--env", "Pendulum-v1", "--placement", "split"], "--placement split"),
+])
+def test_num_seeds_refuses_what_it_cannot_train(tmp_path, capsys, args, message):
+    assert main([*args, "--run-dir", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

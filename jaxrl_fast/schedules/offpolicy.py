@@ -29,7 +29,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrl_fast import phases
-from jaxrl_fast.acting import EnvCarry, EnvOptions, EvalPayload, eval_payload, init_env_carry, make_collect
+from jaxrl_fast.acting import (EnvCarry, EnvOptions, EvalPayload, agent_keys, agents_map, eval_payload, init_env_carry,
+                               make_collect)
 from jaxrl_fast.data import OffPolicyAlgorithm, Transition
 from jaxrl_fast.env import EpisodeStats, XlaEnv
 from jaxrl_fast.placement import Placement, transfer
@@ -96,27 +97,42 @@ class Pieces(NamedTuple):
 
 
 def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
-                batch_sharding: Any = None) -> Pieces:
-    collect = make_collect(env, options, plan.rollout_length)
+                batch_sharding: Any = None, num_agents: int = 1, batched_updates: bool = False) -> Pieces:
+    """With `num_agents` N > 1, N independent agents share the pool (agent j on envs `[j E, (j + 1) E)`)
+    and one buffer whose env columns are those envs (one in-place write for all). The actors',
+    critics', keys' and env carries' leaves get a leading agents axis; the counters are shared.
+    Agent j samples its own columns, drawing the numbers a single run's buffer of E envs would;
+    agents act vmapped and learn one after another (`batched_updates`: vmapped), so agent j's
+    results are bitwise those of the single run with its key."""
+    collect = make_collect(env, options, plan.rollout_length, num_agents)
+    per_agent, learn = agents_map(num_agents), agents_map(num_agents, sequential=not batched_updates)
+    agent_envs = env.spec.num_envs // num_agents
+    # [T, N, E, ...] -> [T, N x E, ...]: agent j's envs are the buffer's columns j E .. (j + 1) E - 1
+    pooled = (lambda rows: jax.tree.map(lambda x: x.reshape((x.shape[0], -1, *x.shape[3:])), rows)) \
+        if num_agents > 1 else (lambda rows: rows)
 
     def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> OffPolicyState:
-        algo_key, loop_key = jax.random.split(key)
-        actor, critic = algo.init(algo_key)
-        env_carry = init_env_carry(env, options, handle, first_obs)
-        rows = jax.eval_shape(lambda: collect(env_carry, algo.random_act, loop_key)[1])
-        example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows_of(rows))
+        algo_key, loop_key = per_agent(lambda k: tuple(jax.random.split(k)))(key)
+        actor, critic = learn(algo.init)(algo_key)
+        env_carry = init_env_carry(env, options, handle, first_obs, num_agents)
+        rows = jax.eval_shape(lambda: pooled(rows_of(collect(env_carry, per_agent(algo.random_act), loop_key)[1])))
+        example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows)
         zero = jnp.zeros((), jnp.int32)
         return OffPolicyState(actor, critic, init_replay(plan.replay_rows, example), env_carry, loop_key, zero, zero)
 
     def act_rows(env_carry: EnvCarry, params: Any, key: jax.Array, env_step: jax.Array, random: bool):
-        policy = algo.random_act if random else (lambda obs, k: algo.act(params, obs, k, env_step))
+        if random:
+            policy = per_agent(algo.random_act)
+        else:
+            policy = lambda obs, k: per_agent(lambda p, o, kk: algo.act(p, o, kk, env_step))(params, obs, k)  # noqa: E731
         env_carry, transitions, finished = collect(env_carry, policy, key)
-        return env_carry, rows_of(transitions), finished
+        return env_carry, pooled(rows_of(transitions)), finished
 
     @jax.named_scope(phases.UPDATE)
-    def critic_step(critic: Any, replay: ReplayState, actor_exchange: Any, key: jax.Array):
+    def critic_step(critic: Any, replay: ReplayState, actor_exchange: Any, key: jax.Array, agent: Any = None):
         sample_key, critic_key, _ = jax.random.split(key, 3)
-        batch = sample_batch(replay, sample_key, plan.batch_size, plan.n_step, plan.gamma)
+        envs = None if agent is None else (agent * agent_envs, agent_envs)
+        batch = sample_batch(replay, sample_key, plan.batch_size, plan.n_step, plan.gamma, envs)
         if batch_sharding is not None:  # data parallelism over the role's devices
             batch = lax.with_sharding_constraint(batch, batch_sharding)
         critic, metrics = algo.update_critic(critic, actor_exchange, batch, critic_key)
@@ -127,10 +143,10 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
         _, _, actor_key = jax.random.split(key, 3)
         return algo.update_actor(actor, critic_exchange, obs, weight, actor_key)
 
-    def update_once(replay: ReplayState, carry, inputs):
+    def update_once(replay: ReplayState, agent: Any, carry, inputs):
         actor, critic = carry
         key, index = inputs
-        critic, obs, weight, critic_metrics = critic_step(critic, replay, algo.actor_exchange(actor), key)
+        critic, obs, weight, critic_metrics = critic_step(critic, replay, algo.actor_exchange(actor), key, agent)
         if not algo.actor_update_period:  # no actor to train (DQN)
             return (actor, critic), UpdateMetrics(critic_metrics, {}, jnp.zeros((), jnp.float32))
         due = (index + 1) % algo.actor_update_period == 0
@@ -140,18 +156,26 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
         actor, actor_metrics = lax.cond(due, step, skip, actor)
         return (actor, critic), UpdateMetrics(critic_metrics, actor_metrics, due.astype(jnp.float32))
 
-    def run_updates(actor: Any, critic: Any, replay: ReplayState, keys: jax.Array, first_index: jax.Array):
+    def agent_updates(actor: Any, critic: Any, replay: ReplayState, keys: jax.Array, first_index: jax.Array,
+                      agent: Any = None):
         """`len(keys)` updates in a scan, metrics reduced over them; the buffer is read by every
         update and changed by none, so it is no part of the scan's carry."""
         indices = first_index + jnp.arange(keys.shape[0])
-        (actor, critic), metrics = lax.scan(lambda c, x: update_once(replay, c, x), (actor, critic), (keys, indices))
+        (actor, critic), metrics = lax.scan(lambda c, x: update_once(replay, agent, c, x), (actor, critic), (keys, indices))
         return actor, critic, reduce_update_metrics(metrics)
+
+    def run_updates(actor: Any, critic: Any, replay: ReplayState, keys: jax.Array, first_index: jax.Array):
+        """Every agent's updates (keys `[N, U]`); the shared buffer is closed over, never sliced."""
+        if num_agents == 1:
+            return agent_updates(actor, critic, replay, keys, first_index)
+        one = lambda a, c, k, j: agent_updates(a, c, replay, k, first_index, j)  # noqa: E731
+        return learn(one)(actor, critic, keys, jnp.arange(num_agents))
 
     def iteration_keys(key: jax.Array):
         key, collect_key, update_key = jax.random.split(key, 3)
         return key, collect_key, jax.random.split(update_key, plan.updates_per_iteration)
 
-    return Pieces(init, act_rows, critic_step, actor_step, run_updates, iteration_keys)
+    return Pieces(init, act_rows, critic_step, actor_step, run_updates, per_agent(iteration_keys))
 
 
 def make_off_policy_loop(
@@ -166,12 +190,17 @@ def make_off_policy_loop(
     on_eval: Callable[[EvalPayload, Any], None] | None,
     concurrent: bool = False,
     clock: PhaseClock | None = None,
+    num_agents: int = 1,
+    batched_updates: bool = False,
 ) -> OffPolicyLoop:
     """The fused program when everything is on the acting device (and not `concurrent`), else the
     host-driven loop over the roles' devices."""
     requests = EvalRequests(on_eval, eval_every_iterations)
     if placement.fused and not concurrent:
-        return fused_loop(algo, env, options, plan, placement, iterations_per_call, requests)
+        return fused_loop(algo, env, options, plan, placement, iterations_per_call, requests, num_agents, batched_updates)
+    if num_agents > 1:
+        raise ValueError("--num-seeds trains its agents in the fused sync program, with both roles on the acting device; "
+                         f"this placement ({placement.mode}, acting on {placement.acting}) puts them on their own devices")
     return HostDrivenLoop(algo, env, options, plan, placement, exchange, requests, concurrent,
                           clock or PhaseClock()).as_loop()
 
@@ -181,12 +210,13 @@ def env_step_at(plan: OffPolicyPlan, iteration: Any, steps_per_iteration: int) -
     return (plan.warmup_iterations + iteration) * steps_per_iteration
 
 
-def fused_loop(algo, env, options, plan, placement, iterations_per_call, requests: EvalRequests) -> OffPolicyLoop:
-    pieces = make_pieces(algo, env, options, plan)
-    steps_per_iteration = plan.rollout_length * env.spec.num_envs
+def fused_loop(algo, env, options, plan, placement, iterations_per_call, requests: EvalRequests,
+               num_agents: int = 1, batched_updates: bool = False) -> OffPolicyLoop:
+    pieces = make_pieces(algo, env, options, plan, num_agents=num_agents, batched_updates=batched_updates)
+    steps_per_iteration = plan.rollout_length * env.spec.num_envs // num_agents  # each agent's
 
     def acting_params(state: OffPolicyState) -> Any:
-        return algo.acting_params(state.actor, state.critic)
+        return agents_map(num_agents)(algo.acting_params)(state.actor, state.critic)
 
     def store(state: OffPolicyState, collect_key: jax.Array, random: bool):
         env_step = env_step_at(plan, state.iteration, steps_per_iteration)
@@ -357,12 +387,13 @@ class OffPolicySchedule(ScheduleBase):
         self.off_policy_plan = run_off_policy_plan(config)
         self.loop = make_off_policy_loop(ctx.algo, ctx.env, ctx.options, self.off_policy_plan, ctx.placement,
                                          config.exchange, ctx.plan.iterations_per_call, ctx.plan.eval_every_iterations,
-                                         ctx.on_eval, concurrent=self.concurrent)
+                                         ctx.on_eval, concurrent=self.concurrent, num_agents=config.num_seeds,
+                                         batched_updates=config.batch_seed_updates)
         self.fields = checkpointed_fields(config)
 
     def start(self, restored: Any | None) -> float:
         env = self.ctx.env
-        self.state = self.loop.init(jax.random.key(self.ctx.config.seed), env.handle, env.reset())
+        self.state = self.loop.init(agent_keys(self.ctx.config.seed, self.ctx.config.num_seeds), env.handle, env.reset())
         if restored is not None:
             self.state = self.state._replace(**restored.into(self.snapshot().state))
         begin = time.perf_counter()

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_fast import phases
-from jaxrl_fast.acting import (EnvCarry, EnvOptions, EvalPayload, agents_map, eval_payload, init_env_carry, make_collect,
+from jaxrl_fast.acting import (EnvCarry, EnvOptions, EvalPayload, agent_keys, agents_map, eval_payload, init_env_carry, make_collect,
                                observe)
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import EpisodeStats, XlaEnv
@@ -57,6 +57,7 @@ def make_sync_loop(
     eval_every_iterations: int,
     on_eval: Callable[[EvalPayload, Any], None] | None,
     num_agents: int = 1,
+    batched_updates: bool = False,
 ) -> SyncLoop:
     """Build `init(key, handle, first_obs)` and the jitted `run(state, num_iterations)`.
 
@@ -66,18 +67,20 @@ def make_sync_loop(
 
     With `num_agents` N > 1 the loop trains N independent agents over one pool (agent j on envs
     `[j E, (j + 1) E)`): `init` takes one key per agent, and the algorithm's state, the env carry
-    (but the handle), the keys, metrics and episode statistics get a leading agents axis. Agent j
-    draws exactly the random numbers a single loop with its key draws.
+    (but the handle), the keys, metrics, episode statistics and evaluation payloads get a leading
+    agents axis. Agent j draws exactly the random numbers a single loop with its key draws, acts
+    vmapped, and learns one agent after another: its results are bitwise those of the single loop.
+    `batched_updates` vmaps the updates too (faster where the update is batch-bound, on an
+    accelerator; equal to the single loop only up to floating-point reassociation).
     """
-    if num_agents > 1 and on_eval is not None and eval_every_iterations:
-        raise ValueError("make_sync_loop: evaluation requests of many agents (stacked policies) are not supported yet")
     per_agent = agents_map(num_agents)
+    learn = agents_map(num_agents, sequential=not batched_updates)
     collect = make_collect(env, options, algo.rollout_length, num_agents)
     requests = EvalRequests(on_eval, eval_every_iterations)
 
     def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> LoopState:
         algo_key, loop_key = per_agent(lambda k: tuple(jax.random.split(k)))(key)
-        return LoopState(per_agent(algo.init)(algo_key), init_env_carry(env, options, handle, first_obs, num_agents),
+        return LoopState(learn(algo.init)(algo_key), init_env_carry(env, options, handle, first_obs, num_agents),
                          loop_key, jnp.zeros((), jnp.int32))
 
     def rollout(state: LoopState, key: jax.Array):
@@ -90,10 +93,10 @@ def make_sync_loop(
         state, transitions, finished = rollout(state, rollout_key)
         last_obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(state.env._replace(handle=None))
         with jax.named_scope(phases.UPDATE):
-            update = per_agent(algo.update, in_axes=(0, Rollout(1, 0), 0))  # transitions are [T, N, E, ...]
+            update = learn(algo.update, in_axes=(0, Rollout(1, 0), 0))  # transitions are [T, N, E, ...]
             algo_state, metrics = update(state.algo, Rollout(transitions, last_obs), update_key)
         state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
-        requests.from_program(state.iteration, EvalPayload(algo.policy_params(algo_state), state.env.obs_moments))
+        requests.from_program(state.iteration, EvalPayload(per_agent(algo.policy_params)(algo_state), state.env.obs_moments))
         return state, metrics, finished
 
     def run(state: LoopState, num_iterations: jax.Array) -> tuple[LoopState, CallMetrics]:
@@ -115,12 +118,13 @@ class OnPolicySync(ScheduleBase):
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call,
-                                   ctx.plan.eval_every_iterations, ctx.on_eval)
+                                   ctx.plan.eval_every_iterations, ctx.on_eval, ctx.config.num_seeds,
+                                   ctx.config.batch_seed_updates)
 
     def start(self, restored: Any | None) -> float:
         env, acting = self.ctx.env, self.ctx.placement.acting
         with jax.default_device(acting):
-            args = (jax.random.key(self.ctx.config.seed), env.handle, env.reset())
+            args = (agent_keys(self.ctx.config.seed, self.ctx.config.num_seeds), env.handle, env.reset())
             begin = time.perf_counter()
             # The loop compiles from the state's shapes on a second thread while `init` compiles and
             # runs here: XLA releases the GIL, so the two compilations overlap.
@@ -149,4 +153,4 @@ class OnPolicySync(ScheduleBase):
                          "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}, {})
 
     def eval_payload(self) -> EvalPayload:
-        return eval_payload(self.ctx.algo.policy_params(self.state.algo), self.state.env)
+        return eval_payload(agents_map(self.ctx.config.num_seeds)(self.ctx.algo.policy_params)(self.state.algo), self.state.env)
