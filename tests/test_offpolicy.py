@@ -45,19 +45,19 @@ def pendulum_batch():
 def test_sac_losses_match_hand_computed_values():
     config = TrainConfig(algo="sac", env="Pendulum-v1")
     algo = make_algorithm(config, probe_spec("Pendulum-v1"))
-    actor, critic = algo.init(jax.random.key(0))
+    actor, critic = jax.jit(algo.init)(jax.random.key(0))
     # online critics output 0.5 and 0.7, target critics 2.0 and 3.0; temperature 0 (log alpha = -inf)
     critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
                              target_q=constant_output(critic.target_q, jnp.array([2.0, 3.0])))
     exchange = algo.actor_exchange(actor)._replace(log_alpha=jnp.asarray(-jnp.inf))
-    _, metrics = algo.update_critic(critic, exchange, pendulum_batch(), jax.random.key(1))
+    _, metrics = jax.jit(algo.update_critic)(critic, exchange, pendulum_batch(), jax.random.key(1))
     # targets: y = r + discount * min(2, 3) = [1 + 0.99 * 2, -2] ; the reset-step sample is left out
     y = np.array([2.98, -2.0])
     expected = np.mean((0.5 - y) ** 2) + np.mean((0.7 - y) ** 2)
     np.testing.assert_allclose(metrics["train/critic_loss"], expected, rtol=1e-6)
     # actor loss with alpha = exp(0) = 1: mean(log pi - min(Q)) -> min(Q) = 0.5 everywhere
     actor = actor._replace(log_alpha=jnp.zeros(()))
-    new_actor, metrics = algo.update_actor(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
+    new_actor, metrics = jax.jit(algo.update_actor)(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
     entropy = float(metrics["train/entropy"])
     np.testing.assert_allclose(metrics["train/actor_loss"], -entropy - 0.5, rtol=1e-5)
     assert float(metrics["train/alpha"]) != 1.0  # the temperature moved
@@ -66,13 +66,13 @@ def test_sac_losses_match_hand_computed_values():
 def test_td3_losses_match_hand_computed_values():
     config = TrainConfig(algo="td3", env="Pendulum-v1")
     algo = make_algorithm(config, probe_spec("Pendulum-v1"))
-    actor, critic = algo.init(jax.random.key(0))
+    actor, critic = jax.jit(algo.init)(jax.random.key(0))
     critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
                              target_q=constant_output(critic.target_q, jnp.array([4.0, 3.0])))
-    _, metrics = algo.update_critic(critic, algo.actor_exchange(actor), pendulum_batch(), jax.random.key(1))
+    _, metrics = jax.jit(algo.update_critic)(critic, algo.actor_exchange(actor), pendulum_batch(), jax.random.key(1))
     y = np.array([1 + 0.99 * 3.0, -2.0])  # min of the smoothed-target twins: 3
     np.testing.assert_allclose(metrics["train/critic_loss"], np.mean((0.5 - y) ** 2) + np.mean((0.7 - y) ** 2), rtol=1e-6)
-    _, metrics = algo.update_actor(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
+    _, metrics = jax.jit(algo.update_actor)(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
     np.testing.assert_allclose(metrics["train/actor_loss"], -0.5, rtol=1e-6)  # -Q1
 
 

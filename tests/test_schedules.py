@@ -19,7 +19,7 @@ def metric_lines(run_dir):
 @pytest.mark.parametrize(
     "algo, env_id, extra",
     [
-        ("ppo", "CartPole-v1", dict(total_steps=8192, log_interval=2048)),
+        ("ppo", "CartPole-v1", dict(total_steps=4096, log_interval=1024)),
         ("sac", "Pendulum-v1", dict(total_steps=1600, log_interval=200, placement="single")),
         ("dqn", "CartPole-v1", dict(total_steps=3000, log_interval=400, placement="split")),
         ("pqn", "CartPole-v1", dict(total_steps=8192, log_interval=2048)),

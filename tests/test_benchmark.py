@@ -1,0 +1,47 @@
+"""`python -m jaxrl_fast.benchmark`: a tiny suite run writes its report with the references beside
+our returns; bad input is refused before anything trains."""
+
+import json
+
+import pytest
+
+from jaxrl_fast.benchmark import main
+from jaxrl_fast.benchmark_suites import SUITES
+
+
+def test_every_suite_task_names_a_published_reference_with_its_source():
+    for suite, tasks in SUITES.items():
+        for task in tasks:
+            assert task.budget > 0, task
+            if task.reference is not None:
+                assert task.reference.source and task.reference.steps > 0, task
+
+
+@pytest.mark.slow
+def test_a_short_suite_run_writes_results_report_and_curves(tmp_path):
+    out = tmp_path / "bench"
+    assert main(["--suite", "classic", "--algos", "ppo", "--envs", "CartPole-v1", "--num-seeds", "2",
+                 "--budget-scale", "0.05", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    task, = results["results"]
+    assert task["env"] == "CartPole-v1" and task["algo"] == "ppo" and task["num_seeds"] == 2
+    assert task["steps"] <= 5_000 and len(task["final"]["per_seed"]) == 2
+    assert task["final"]["iqm_ci95"][0] <= task["final"]["iqm"] <= task["final"]["iqm_ci95"][1]
+    assert len(task["curve"]) >= 10  # an evaluation every 1/20 of the budget, every seed at each
+    report = (out / "report.md").read_text()
+    assert "ppo CartPole-v1" in report and task["reference"]["source"] in report
+    assert (out / f"{task['task']}.png").stat().st_size > 0
+    assert (out / task["task"] / "seed_1" / "summary.json").exists()  # the task's run directory
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--suite", "nope"], "--suite: unknown suite 'nope'"),
+    (["--suite", "classic", "--envs", "HalfCheetah-v4"], "--envs: HalfCheetah-v4 not in the classic suite"),
+    (["--suite", "classic", "--algos", "sac", "--envs", "CartPole-v1"], "no task of the classic suite"),
+    (["--suite", "classic", "--budget-scale", "0"], "--budget-scale must be in (0, 1]"),
+    (["--suite", "atari"], "pixels"),
+])
+def test_bad_input_is_refused_before_anything_trains(tmp_path, capsys, args, message):
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
