@@ -90,12 +90,11 @@ def task_result(task: Task, run_dir: Path, wall_s: float, returncode: int) -> di
     evals = [[line for line in read_metrics(seed / "metrics.jsonl") if "eval_return_mean" in line]
              for seed in seed_run_dirs(run_dir)]
     reached = [first_reach(lines, task.threshold) for lines in evals]
-    steps = sorted({line["step"] for lines in evals for line in lines})
-    curve = []  # each evaluation step every seed logged: the seeds' mean and its interval
-    for step in steps:
-        values = [line["eval_return_mean"] for lines in evals for line in lines if line["step"] == step]
-        if len(values) == len(evals):
-            stats = aggregate(values)
+    curve = []  # at each evaluation step of any seed: the mean of every seed's latest evaluation, and its interval
+    for step in sorted({line["step"] for lines in evals for line in lines}):
+        latest = [[line["eval_return_mean"] for line in lines if line["step"] <= step][-1:] for lines in evals]
+        if all(latest):  # the evaluator skips a request while it is busy: seeds are not evaluated at the same steps
+            stats = aggregate([values[0] for values in latest])
             curve.append({"step": step, "mean": stats["mean"], "ci95": stats["mean_ci95"]})
     times = [line["wall_s"] for line in reached if line is not None]
     result.update({

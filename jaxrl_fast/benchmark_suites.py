@@ -1,0 +1,106 @@
+"""The benchmark suites: each task's env, algorithm, published budget, the published return it is
+compared with and the threshold it is timed to.
+
+References are Stable-Baselines3's tuned agents in rl-baselines3-zoo (`benchmark.md`, "Performance
+of trained agents", commit 22e3ff2 of 2026-04-23): the mean and std of the evaluation episodes of
+one trained agent per task, after `n_timesteps` env steps. That is one run, not a distribution over
+seeds (the zoo says so itself), so it marks what the algorithm can reach, not its IQM. Its MuJoCo
+rows are v3 environments; EnvPool's ids are v4, with the same dynamics and rewards. Thresholds are
+Gymnasium's `reward_threshold` where it sets one (`gymnasium/envs/__init__.py`; EnvPool's Hopper
+says 6000 where Gymnasium says 3800), -200 for Pendulum-v1, and none for Walker2d and Humanoid.
+Some zoo agents were trained with settings its hyperparameter files no longer hold (TD3 on
+Pendulum, LunarLanderContinuous and BipedalWalker; PPO on BipedalWalker), so a row is a published
+outcome, not a recipe.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+ZOO = "rl-baselines3-zoo benchmark.md"
+
+
+class Reference(NamedTuple):
+    value: float  # mean return
+    std: float | None
+    steps: int  # the env steps it was trained for
+    source: str
+    source_short: str = "SB3 / rl-zoo"
+
+
+class Task(NamedTuple):
+    env: str
+    algo: str
+    budget: int  # env steps per seed at --budget-scale 1 (the reference's)
+    reference: Reference | None
+    threshold: float | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}_{self.env}"
+
+
+def zoo(algo: str, env: str, value: float, std: float, steps: int, threshold: float | None, reference_env: str = "") -> Task:
+    """A task whose reference is the zoo's row for `algo` on `reference_env` (default `env`)."""
+    row = f"{ZOO}, {algo} {reference_env or env}"
+    return Task(env, algo, steps, Reference(value, std, steps, row), threshold)
+
+
+THRESHOLDS = {
+    "CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -110.0, "MountainCarContinuous-v0": 90.0,
+    "Pendulum-v1": -200.0, "LunarLander-v2": 200.0, "LunarLanderContinuous-v2": 200.0, "BipedalWalker-v3": 300.0,
+    "HalfCheetah-v4": 4800.0, "Hopper-v4": 3800.0, "Walker2d-v4": None, "Ant-v4": 6000.0, "Humanoid-v4": None,
+    "Swimmer-v4": 360.0,
+}
+
+
+def _zoo_rows(rows: list[tuple[str, str, float, float, int]], v3: bool = False) -> list[Task]:
+    return [zoo(algo, env, value, std, steps, THRESHOLDS.get(env), env.replace("-v4", "-v3") if v3 else "")
+            for algo, env, value, std, steps in rows]
+
+
+SUITES: dict[str, list[Task]] = {
+    "classic": _zoo_rows([
+        ("ppo", "CartPole-v1", 500.0, 0.0, 100_000),
+        ("dqn", "CartPole-v1", 500.0, 0.0, 50_000),
+        ("ppo", "Acrobot-v1", -73.506, 18.201, 1_000_000),
+        ("dqn", "Acrobot-v1", -76.639, 11.752, 100_000),
+        ("ppo", "MountainCar-v0", -110.423, 19.473, 1_000_000),
+        ("dqn", "MountainCar-v0", -100.849, 9.925, 120_000),
+        ("ppo", "MountainCarContinuous-v0", 88.343, 2.572, 20_000),
+        ("sac", "MountainCarContinuous-v0", 94.679, 1.134, 50_000),
+        ("td3", "MountainCarContinuous-v0", 93.483, 0.075, 300_000),
+        ("ppo", "Pendulum-v1", -172.225, 104.159, 100_000),
+        ("sac", "Pendulum-v1", -156.995, 88.714, 20_000),
+        ("td3", "Pendulum-v1", -151.855, 90.227, 20_000),
+    ]),
+    "box2d": _zoo_rows([
+        ("ppo", "LunarLander-v2", 242.119, 31.823, 1_000_000),
+        ("dqn", "LunarLander-v2", 154.382, 79.241, 100_000),
+        ("ppo", "LunarLanderContinuous-v2", 270.863, 32.072, 1_000_000),
+        ("sac", "LunarLanderContinuous-v2", 260.390, 65.467, 500_000),
+        ("td3", "LunarLanderContinuous-v2", 207.451, 67.562, 300_000),
+        ("ppo", "BipedalWalker-v3", 287.939, 2.448, 5_000_000),
+        ("sac", "BipedalWalker-v3", 297.668, 33.060, 500_000),
+        ("td3", "BipedalWalker-v3", 305.990, 56.886, 1_000_000),
+    ]),
+    "mujoco": _zoo_rows([
+        ("sac", "HalfCheetah-v4", 9535.451, 100.470, 1_000_000),
+        ("td3", "HalfCheetah-v4", 9655.666, 969.916, 1_000_000),
+        ("ppo", "HalfCheetah-v4", 5819.099, 663.530, 1_000_000),
+        ("sac", "Hopper-v4", 2325.547, 1129.676, 1_000_000),
+        ("td3", "Hopper-v4", 3606.390, 4.027, 1_000_000),
+        ("ppo", "Hopper-v4", 2410.435, 10.026, 1_000_000),
+        ("sac", "Walker2d-v4", 3863.203, 254.347, 1_000_000),
+        ("td3", "Walker2d-v4", 4717.823, 46.303, 1_000_000),
+        ("ppo", "Walker2d-v4", 3478.798, 821.708, 1_000_000),
+        ("sac", "Ant-v4", 4615.791, 1354.111, 1_000_000),
+        ("td3", "Ant-v4", 5813.274, 589.773, 1_000_000),
+        ("ppo", "Ant-v4", 1327.158, 451.577, 1_000_000),
+        ("sac", "Humanoid-v4", 6232.287, 279.885, 2_000_000),
+        ("td3", "Humanoid-v4", 5566.687, 14.544, 2_000_000),
+        ("sac", "Swimmer-v4", 345.568, 3.084, 1_000_000),
+        ("td3", "Swimmer-v4", 359.127, 1.244, 1_000_000),
+        ("ppo", "Swimmer-v4", 281.561, 9.671, 1_000_000),
+    ], v3=True),
+}
