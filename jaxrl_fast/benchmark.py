@@ -145,6 +145,10 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
 
 
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} s"
+
+
 def report_markdown(results: list[dict], header: dict) -> str:
     lines = [f"# Benchmark: {header['suite']} suite", "",
              f"`{header['command']}`, {header['started']}, {header['machine']}; {header['num_seeds']} seeds per task, "
@@ -161,7 +165,7 @@ def report_markdown(results: list[dict], header: dict) -> str:
         lines.append(
             f"| {r['algo']} {r['env']} | {r.get('steps', 0):,d} | {fmt(final.get('iqm'))}"
             + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
-            + f" | {fmt(final.get('mean'))} | {reached} | {fmt(r.get('median_time_to_threshold_s'))} s | {fmt(r['wall_s'])} s "
+            + f" | {fmt(final.get('mean'))} | {reached} | {seconds(r.get('median_time_to_threshold_s'))} | {seconds(r['wall_s'])} "
             f"| {published} | {ref['source'] if ref else '-'} |")
         if r.get("error"):
             lines.append(f"| ↳ error | {r['error']} | | | | | | | |")
