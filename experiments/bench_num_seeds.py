@@ -6,8 +6,9 @@ budgets (the env's preset), on this machine.
 Each arm starts from an empty compilation cache of its own, as a fresh sweep would: the sequential
 arm's first process compiles and the next seven load its programs from the cache; the one
 `--num-seeds` process compiles once. Also run: `--num-seeds N --batch-seed-updates`. The per-seed
-final returns of the arms are written beside the times: the sequential-updates arm's must equal the
-single processes' (agent k is the single run with seed k).
+final returns of the arms are written beside the times: for PPO the sequential-updates arm's equal
+the single processes' (agent k is bitwise the single run with seed k); off-policy they drift apart
+from the last bits.
 """
 
 from __future__ import annotations

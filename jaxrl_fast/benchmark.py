@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from typing import Sequence
 from jaxrl_fast.benchmark_suites import SUITES, Task
 
 PROG = "python -m jaxrl_fast.benchmark"
-EVALS_PER_RUN = 20  # evaluations a task's budget is cut into (at most; the preset's interval if finer)
+EVALS_PER_RUN = 20  # evaluations a task's budget is cut into
 
 
 class BenchmarkError(ValueError):
@@ -106,7 +107,7 @@ def task_result(task: Task, run_dir: Path, wall_s: float, returncode: int) -> di
         "reached": sum(line is not None for line in reached),
         "time_to_threshold_s": [line["wall_s"] if line else None for line in reached],
         "steps_to_threshold": [line["step"] if line else None for line in reached],
-        "median_time_to_threshold_s": sorted(times)[len(times) // 2] if len(times) == len(reached) else None,
+        "median_time_to_threshold_s": statistics.median(times) if len(times) == len(reached) else None,
         "curve": curve,
     })
     if "error" in summary:
@@ -205,8 +206,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     try:
-        if args.num_seeds < 1:
-            raise BenchmarkError(f"--num-seeds must be at least 1, got {args.num_seeds}")
+        if args.num_seeds < 2:
+            raise BenchmarkError(f"--num-seeds must be at least 2 (a task's result is a distribution over seeds), got {args.num_seeds}")
         if not 0 < args.budget_scale <= 1:
             raise BenchmarkError(f"--budget-scale must be in (0, 1], got {args.budget_scale}")
         tasks = select(args.suite, args.algos, args.envs)
@@ -227,10 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def machine_text() -> str:
     import platform
 
-    import jax
+    from jaxrl_fast.placement import describe_devices
 
-    devices = ", ".join(sorted({d.device_kind for d in jax.devices()}))
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {devices}"
+    return f"{platform.machine()}, {os.cpu_count()} cores, devices {', '.join(describe_devices())}"
 
 
 if __name__ == "__main__":

@@ -308,18 +308,34 @@ def seed_run_dirs(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda path: int(path.name.removeprefix("seed_")))
 
 
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps of a run directory's complete checkpoints, oldest first, without creating anything."""
+    directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+    if not directory.is_dir():
+        return []
+    with open_read_only(directory) as manager:
+        return sorted(manager.all_steps())
+
+
 def latest_step(run_dir: Path) -> int | None:
     """The newest complete checkpoint's step, without creating anything; for a --num-seeds run, the
     newest step every agent saved."""
     agents = seed_run_dirs(run_dir)
     if agents:
-        steps = [latest_step(path) for path in agents]
-        return None if None in steps else min(steps)
-    directory = Path(run_dir).resolve() / CHECKPOINT_DIR
-    if not directory.is_dir():
-        return None
-    with open_read_only(directory) as manager:
-        return manager.latest_step()
+        common = set.intersection(*(set(saved_steps(path)) for path in agents))
+        return max(common) if common else None
+    steps = saved_steps(run_dir)
+    return steps[-1] if steps else None
+
+
+def agents_out_of_step(run_dir: Path) -> list[str]:
+    """The agents of a --num-seeds run with more than one checkpoint past the newest step all of them
+    saved: trained on by themselves (`--resume RUN_DIR/seed_<k>`), which resuming the whole run would
+    undo. One checkpoint past it is a save the run stopped in the middle of."""
+    common = latest_step(run_dir)
+    if common is None:
+        return []
+    return [path.name for path in seed_run_dirs(run_dir) if len([s for s in saved_steps(path) if s > common]) > 1]
 
 
 def write_policy_info(run_dir: Path, info: dict[str, Any]) -> None:

@@ -108,8 +108,9 @@ def resolve(config: Any, env_steps_on_gpu: bool = False, devices: list[jax.Devic
             others = [d for d in devices if d != acting]
             learner = others[-1] if others else acting
         return Placement("single", acting, (acting,), (acting,), learner, host_device())
-    # the async schedule's learner, and a --num-seeds run's program, keep both roles on one device group
-    requested = "single" if (config.schedule == "async" or config.num_seeds > 1) and config.placement == "auto" else config.placement
+    if config.num_seeds > 1:  # every agent in the one fused program on the acting device
+        return Placement("single", acting, (acting,), (acting,), acting, host_device())
+    requested = "single" if config.schedule == "async" and config.placement == "auto" else config.placement
     roles = resolve_roles(requested, acting, devices)
     if config.schedule == "concurrent" and devices[0].platform != "cpu":
         roles = dataclasses.replace(roles, acting=host_device())  # acting beside the accelerator, overlapping

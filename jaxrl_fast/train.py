@@ -75,6 +75,10 @@ def validate(config: TrainConfig) -> None:
              "--placement split runs one agent's roles on two (use --placement single or auto)")
         need(not (config.calibrate or config.recalibrate), "--calibrate sizes one agent's run; with --num-seeds give "
              "--num-envs (each agent's) yourself, or calibrate a single-seed run first and reuse its sizes")
+        need(config.keep_checkpoints >= 2, f"--num-seeds needs --keep-checkpoints 2 or more (got {config.keep_checkpoints}): "
+             "the agents save one after another, and a run stopped between two saves resumes from the step before")
+    need(not config.batch_seed_updates or config.num_seeds > 1, "--batch-seed-updates batches the updates of "
+         "--num-seeds agents; give --num-seeds 2 or more")
     max_seed = 2**31 - 1 - EVAL_SEED_OFFSET - max(config.num_envs, config.eval_episodes) - (config.num_seeds - 1)
     need(0 <= config.seed <= max_seed, f"--seed must be between 0 and {max_seed} (EnvPool seeds env i with "
          f"--seed + i in 32 bits, evaluation envs with --seed + {EVAL_SEED_OFFSET} + i"
@@ -115,7 +119,7 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
     """The saved config of the run named by `--resume RUN_DIR` (None without the flag)."""
     import json
 
-    from jaxrl_fast.checkpoint import latest_step
+    from jaxrl_fast.checkpoint import agents_out_of_step, latest_step
     from jaxrl_fast.config import config_from_dict
 
     pre = argparse.ArgumentParser(add_help=False)
@@ -138,6 +142,11 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
         raise ConfigError(f"--resume: {saved} was written by a version without checkpoints")
     if not os.access(run_dir, os.W_OK):
         raise ConfigError(f"--resume: {run_dir} is not writable")
+    ahead = agents_out_of_step(run_dir)
+    if ahead:
+        raise ConfigError(f"--resume: {', '.join(ahead)} of {run_dir} trained past the run's other seeds on its own "
+                          "(--resume of its directory); resuming the whole run would drop that training. Resume those "
+                          "seeds' directories one by one instead")
     done = latest_step(run_dir)  # None: stopped before its first checkpoint, the trainer starts it over
     if done is not None and known.total_steps is not None and known.total_steps < done:
         raise ConfigError(f"--resume: {run_dir} has trained {done:,d} steps already; --total-steps {known.total_steps:,d} "
@@ -203,8 +212,8 @@ def check_devices(config: TrainConfig) -> None:
         return
     spec = probe_spec(config.env)
     hyper = algo_config(config)
-    nbytes = replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, "float32", spec.action_shape,
-                           "int32" if spec.discrete else "float32")
+    nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, "float32",
+                                              spec.action_shape, "int32" if spec.discrete else "float32")
     try:
         check_fits(nbytes, placement.critic[0], f"--{config.algo}.buffer-size")
     except ReplayError as error:

@@ -1,10 +1,11 @@
 """One training run, from a resolved config to a run directory with metrics and a summary.
 
     train(config)
-      open_run         the run directory (new, or resumed from its newest checkpoint) and config.json
-      build            env, algorithm, placement, sizes, evaluator and the schedule (from the table)
-      train_calls      the training calls, a metrics line and maybe a checkpoint after each
-      finish           the final checkpoint and evaluation, summary.json
+      open_seeds       the run directory (new, or resumed from its newest checkpoint), and with
+                       --num-seeds each agent's own in RUN_DIR/seed_<k> (`open_run` opens each)
+      build            env, algorithm, placement, sizes, evaluators and the schedule (from the table)
+      train_calls      the training calls, metrics lines and maybe checkpoints after each
+      finish           the final checkpoints and evaluations, summary.json (each agent's, and theirs)
 """
 
 from __future__ import annotations
@@ -169,14 +170,19 @@ class Run:
         return tree if self.config.num_seeds == 1 else agent_part(tree, index)
 
 
-def open_run(config: TrainConfig, resume: bool, step: int | None = None) -> tuple[Path, Checkpointer, Restored | None]:
+def open_run(config: TrainConfig, resume: bool, step: int | None = None,
+             start_over: bool | None = None) -> tuple[Path, Checkpointer, Restored | None]:
     """The run directory, its checkpointer and, when resuming, its checkpoint at `step` (default the
-    newest complete one)."""
+    newest complete one). A resumed run `start_over` (default: when it stopped before its first
+    checkpoint) clears its outputs and starts from its saved config."""
     if config.video_interval:  # refuse before anything is written (cached: the CLI asked already)
         from jaxrl_fast.video import check_video_support
 
         check_video_support(config.env)
-    if resume and latest_step(Path(config.run_dir)) is None:  # stopped before its first checkpoint
+    if start_over is None:
+        start_over = resume and latest_step(Path(config.run_dir)) is None
+    if start_over:
+        Path(config.run_dir).mkdir(exist_ok=True)
         clear_outputs(Path(config.run_dir))
         return Path(config.run_dir), Checkpointer(Path(config.run_dir), config.keep_checkpoints), None
     if resume:
@@ -212,12 +218,7 @@ def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[SeedRun]]:
     seeds = []
     for index in range(config.num_seeds):
         own = seed_config(config, run_dir, index)
-        if resume and step is None:  # every agent starts over, in its directory
-            own.run_dir.mkdir(exist_ok=True)
-            clear_outputs(own.run_dir)
-            seeds.append(SeedRun(index, own, own.run_dir, Checkpointer(own.run_dir, config.keep_checkpoints), None))
-            continue
-        own_dir, checkpointer, restored = open_run(own, resume, step)
+        own_dir, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None)
         seeds.append(SeedRun(index, own, own_dir, checkpointer, restored))
     return run_dir, seeds
 
@@ -400,17 +401,17 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
         raise KeyboardInterrupt
 
 
-def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int) -> EvalResult | LoggedEval | None:
-    """An agent's evaluation of the last step (reused when its evaluator ran it already)."""
+def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, payload: Callable[[], Any]) -> EvalResult | LoggedEval | None:
+    """An agent's evaluation of the last step (reused when its evaluator ran it already); `payload()`
+    gives every agent's policy, placed where the periodic evaluations' payloads arrive (so that it
+    reuses their program)."""
     final: EvalResult | None = None
     try:
         if progress.done and not progress.interrupted and progress.error is None:
             seed.evaluator.wait_idle(timeout=600)
             final = seed.report.results.get(steps) or seed.report.logged.get(steps)
             if final is None:
-                # placed where the periodic evaluations' payloads arrive, so that it reuses their program
-                payload = jax.device_put(run.agent(run.schedule.eval_payload(), seed.index), placements.host_device())
-                final = seed.evaluator.evaluate(payload, steps)
+                final = seed.evaluator.evaluate(run.agent(payload(), seed.index), steps)
                 seed.report.evaluation(final)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         seed.evaluator.failures += 1
@@ -500,7 +501,8 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
             seed.checkpointer.close()
         except Exception as failure:  # the write that failed reports again here; it was reported once
             log.debug("closing the checkpointer: %s", failure)
-    finals = [final_evaluation(run, seed, progress, steps) for seed in run.seeds]
+    payload = functools.cache(lambda: jax.device_put(run.schedule.eval_payload(), placements.host_device()))
+    finals = [final_evaluation(run, seed, progress, steps, payload) for seed in run.seeds]
     run.progress.close()
     summaries = [seed_summary(run, seed, progress, steps, final) for seed, final in zip(run.seeds, finals)]
     summary = summaries[0] if len(run.seeds) == 1 else seeds_summary(run, progress, steps, summaries)

@@ -5,16 +5,16 @@ import json
 
 import pytest
 
-from jaxrl_fast.benchmark import main
+from jaxrl_fast.benchmark import check_tasks, main
 from jaxrl_fast.benchmark_suites import SUITES
 
 
-def test_every_suite_task_names_a_published_reference_with_its_source():
+def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):
+    """Each task's flags (env id, algorithm, budget, preset) pass the trainer's own validation."""
     for suite, tasks in SUITES.items():
-        for task in tasks:
-            assert task.budget > 0, task
-            if task.reference is not None:
-                assert task.reference.source and task.reference.steps > 0, task
+        check_tasks(tasks, num_seeds=4, budget_scale=1.0, out=tmp_path / suite)
+        assert all(task.reference.source.startswith("rl-baselines3-zoo") for task in tasks)
+    assert not any(tmp_path.iterdir())  # nothing is written before a task trains
 
 
 @pytest.mark.slow
@@ -39,6 +39,7 @@ def test_a_short_suite_run_writes_results_report_and_curves(tmp_path):
     (["--suite", "classic", "--envs", "HalfCheetah-v4"], "--envs: HalfCheetah-v4 not in the classic suite"),
     (["--suite", "classic", "--algos", "sac", "--envs", "CartPole-v1"], "no task of the classic suite"),
     (["--suite", "classic", "--budget-scale", "0"], "--budget-scale must be in (0, 1]"),
+    (["--suite", "classic", "--num-seeds", "1"], "--num-seeds must be at least 2"),
     (["--suite", "atari"], "pixel observations"),
 ])
 def test_bad_input_is_refused_before_anything_trains(tmp_path, capsys, args, message):

@@ -13,14 +13,15 @@ from jaxrl_fast.acting import EnvOptions, agent_keys, agent_part, env_options
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
 from jaxrl_fast.algos.pqn import PQNConfig, make_pqn
-from jaxrl_fast.checkpoint import latest_step, load_policy
+from jaxrl_fast.checkpoint import (Checkpointer, NonFiniteError, agent_state, agents_out_of_step, check_finite, join_agents,
+                                   latest_step, load_policy, seed_run_dir)
 from jaxrl_fast.config import config_from_dict
 from jaxrl_fast.env import agent_env_seeds, make_pool, make_xla_env
 from jaxrl_fast.metrics import read_metrics
 from jaxrl_fast.placement import resolve
 from jaxrl_fast.plan import run_off_policy_plan
 from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.replay import agent_columns
+from jaxrl_fast.replay import ReplayState, Row, agent_columns
 from jaxrl_fast.schedules.offpolicy import make_off_policy_loop
 from jaxrl_fast.schedules.sync import make_sync_loop
 from jaxrl_fast.train import main
@@ -57,19 +58,20 @@ CASES = {
 
 def test_agent_k_of_many_is_bitwise_the_single_run_with_seed_k():
     """The agents act vmapped and learn one after another: nothing is summed in another order."""
-    make, hyper = CASES["ppo"]
-    options = EnvOptions(False, False, 0.99)
+    make, hyper = CASES["pqn"]
+    options = EnvOptions(False, True, 0.99)  # the reward scales are each agent's own
     many, many_metrics = run_loop(make, hyper, AGENTS, SEED, options, iterations=3)
     single, single_metrics = run_loop(make, hyper, 1, SEED + LAST, options, iterations=3)
     chex.assert_trees_all_equal(agent_part(many.algo, LAST), single.algo)
+    chex.assert_trees_all_equal(agent_part(many.env.reward_scale, LAST), single.env.reward_scale)
     chex.assert_trees_all_equal(agent_part(many_metrics.episodes, LAST), single_metrics.episodes)
     # reductions whose results only leave the program (the logged means) may round differently
     chex.assert_trees_all_close(agent_part(many_metrics.train, LAST), single_metrics.train, rtol=1e-6)
 
 
 def test_batched_updates_match_the_single_runs_up_to_reassociation():
-    make, hyper = CASES["pqn"]
-    options = EnvOptions(True, True, 0.99)  # the normalization statistics are each agent's own
+    make, hyper = CASES["ppo"]
+    options = EnvOptions(True, False, 0.99)  # the observation statistics are each agent's own
     many, many_metrics = run_loop(make, hyper, AGENTS, SEED, options, batched_updates=True)
     single, single_metrics = run_loop(make, hyper, 1, SEED + LAST, options)
     # batched matmuls may sum in another order: equal up to floating-point reassociation
@@ -78,6 +80,42 @@ def test_batched_updates_match_the_single_runs_up_to_reassociation():
     for field in ("count", "length_sum"):
         assert int(getattr(many_metrics.episodes, field)[LAST]) == int(getattr(single_metrics.episodes, field))
     chex.assert_trees_all_close(agent_part(many.env.obs_moments, LAST), single.env.obs_moments, rtol=1e-5)
+
+
+def test_off_policy_checkpoints_hold_each_agents_columns_of_the_shared_buffer():
+    rows = Row(obs=jnp.arange(4 * 6 * 3, dtype=jnp.float32).reshape(4, 6, 3), action=jnp.arange(24).reshape(4, 6),
+               reward=jnp.ones((4, 6)), terminated=jnp.zeros((4, 6), bool), truncated=jnp.zeros((4, 6), bool),
+               valid=jnp.ones((4, 6), bool))
+    state = {"actor": {"w": jnp.arange(6.0).reshape(3, 2)}, "iteration": jnp.int32(7),
+             "replay": ReplayState(rows, jnp.int32(4), jnp.int32(0))}  # 3 agents of 2 envs
+    agents = [agent_state(state, k, 3) for k in range(3)]
+    np.testing.assert_array_equal(agents[1]["replay"].rows.obs, rows.obs[:, 2:4])  # agent 1's envs 2 and 3
+    np.testing.assert_array_equal(agents[1]["actor"]["w"], [2.0, 3.0])
+    assert int(agents[2]["iteration"]) == 7 and int(agents[2]["replay"].count) == 4  # shared counters
+    chex.assert_trees_all_equal(join_agents(state, agents), state)
+
+
+def test_a_non_finite_value_names_the_agents_it_hit():
+    with pytest.raises(NonFiniteError, match=r"train/loss became nan at step 64 in seed_1$"):
+        check_finite({"train/loss": np.array([0.5, np.nan, 0.2])}, {}, 64, num_agents=3)
+    params = {"w": jnp.array([[1.0, 2.0], [np.inf, 0.0], [0.0, np.nan]])}
+    with pytest.raises(NonFiniteError, match=r"parameter \['w'\] became non-finite at step 64 in seed_1, seed_2"):
+        check_finite({"train/loss": np.zeros(3)}, params, 64, num_agents=3)
+
+
+def save_steps(run_dir, steps):
+    checkpointer = Checkpointer(run_dir, keep=5)
+    for step in steps:
+        checkpointer.save(step, {"w": jnp.zeros(2)}, {"w": jnp.zeros(2)}, {"iterations": step})
+    checkpointer.close()
+
+
+def test_a_run_stopped_between_agents_saves_resumes_from_the_step_every_agent_saved(tmp_path):
+    save_steps(seed_run_dir(tmp_path, 0), [10, 20])
+    save_steps(seed_run_dir(tmp_path, 1), [10])  # stopped before agent 1 saved step 20
+    assert latest_step(tmp_path) == 10 and agents_out_of_step(tmp_path) == []
+    save_steps(seed_run_dir(tmp_path, 0), [30])  # agent 0 trained on alone (--resume RUN_DIR/seed_0)
+    assert agents_out_of_step(tmp_path) == ["seed_0"]
 
 
 def off_policy_loop(num_agents, seed):
@@ -147,6 +185,8 @@ def test_num_seeds_run_writes_a_single_run_directory_per_seed_equal_to_that_seed
     (["--num-seeds", "0"], "--num-seeds must be at least 1"),
     (["--num-seeds", "2", "--schedule", "concurrent"], "--num-seeds trains its agents in the sync schedule"),
     (["--num-seeds", "2", "--algo", "sac", "--env", "Pendulum-v1", "--placement", "split"], "--placement split"),
+    (["--num-seeds", "2", "--keep-checkpoints", "1"], "--num-seeds needs --keep-checkpoints 2 or more"),
+    (["--batch-seed-updates"], "--batch-seed-updates batches the updates of --num-seeds agents"),
 ])
 def test_num_seeds_refuses_what_it_cannot_train(tmp_path, capsys, args, message):
     assert main([*args, "--run-dir", str(tmp_path / "run")]) == 2

@@ -96,20 +96,25 @@ class Pieces(NamedTuple):
     iteration_keys: Callable  # key -> (next key, collect key, [U] update keys)
 
 
+def pool_columns(rows: Row) -> Row:
+    """Agents' rows `[T, N, E, ...]` as the shared buffer's `[T, N x E, ...]`: agent j's envs are its
+    columns j E .. (j + 1) E - 1."""
+    return jax.tree.map(lambda x: x.reshape((x.shape[0], -1, *x.shape[3:])), rows)
+
+
 def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
                 batch_sharding: Any = None, num_agents: int = 1, batched_updates: bool = False) -> Pieces:
     """With `num_agents` N > 1, N independent agents share the pool (agent j on envs `[j E, (j + 1) E)`)
     and one buffer whose env columns are those envs (one in-place write for all). The actors',
     critics', keys' and env carries' leaves get a leading agents axis; the counters are shared.
     Agent j samples its own columns, drawing the numbers a single run's buffer of E envs would;
-    agents act vmapped and learn one after another (`batched_updates`: vmapped), so agent j's
-    results are bitwise those of the single run with its key."""
+    agents act vmapped and learn one after another (`batched_updates`: vmapped): agent j's rows are
+    bitwise the single run's, its parameters to the last bits (XLA fuses an update inside the loop
+    over agents differently)."""
     collect = make_collect(env, options, plan.rollout_length, num_agents)
     per_agent, learn = agents_map(num_agents), agents_map(num_agents, sequential=not batched_updates)
     agent_envs = env.spec.num_envs // num_agents
-    # [T, N, E, ...] -> [T, N x E, ...]: agent j's envs are the buffer's columns j E .. (j + 1) E - 1
-    pooled = (lambda rows: jax.tree.map(lambda x: x.reshape((x.shape[0], -1, *x.shape[3:])), rows)) \
-        if num_agents > 1 else (lambda rows: rows)
+    pooled = pool_columns if num_agents > 1 else (lambda rows: rows)
 
     def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> OffPolicyState:
         algo_key, loop_key = per_agent(lambda k: tuple(jax.random.split(k)))(key)

@@ -69,7 +69,8 @@ def make_sync_loop(
     `[j E, (j + 1) E)`): `init` takes one key per agent, and the algorithm's state, the env carry
     (but the handle), the keys, metrics, episode statistics and evaluation payloads get a leading
     agents axis. Agent j draws exactly the random numbers a single loop with its key draws, acts
-    vmapped, and learns one agent after another: its results are bitwise those of the single loop.
+    vmapped, and learns one agent after another: its results are bitwise those of the single loop
+    (but for observation statistics, whose vmapped sums XLA may order differently).
     `batched_updates` vmaps the updates too (faster where the update is batch-bound, on an
     accelerator; equal to the single loop only up to floating-point reassociation).
     """
@@ -107,7 +108,7 @@ def make_sync_loop(
         init=init,
         run=jax.jit(run, donate_argnums=0),
         collect=jax.jit(lambda state: rollout(state, state.key)[0], donate_argnums=0),
-        steps_per_iteration=env.spec.num_envs * algo.rollout_length,
+        steps_per_iteration=env.spec.num_envs // num_agents * algo.rollout_length,  # each agent's
         iterations_per_call=iterations_per_call,
     )
 
