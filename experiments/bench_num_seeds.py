@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-TASKS = {"ppo_cartpole": ("ppo", "CartPole-v1"), "sac_pendulum": ("sac", "Pendulum-v1"),
-         "pqn_cartpole": ("pqn", "CartPole-v1"), "dqn_cartpole": ("dqn", "CartPole-v1")}
+from protocol import TASKS as PROTOCOL  # the task names the other timing scripts use
+
 
 
 def timed_train(args: list[str], cache: Path) -> float:
@@ -39,8 +39,7 @@ def finals(run_dirs: list[Path]) -> list[float]:
 
 
 def measure(task: str, seeds: int, out: Path) -> dict:
-    algo, env_id = TASKS[task]
-    base = ["--algo", algo, "--env", env_id]
+    base = ["--algo", PROTOCOL[task].algo, "--env", PROTOCOL[task].env]  # the preset's budget, no target
     result: dict = {"task": task, "seeds": seeds}
     with tempfile.TemporaryDirectory() as cache:
         dirs = [out / f"{task}_single_{k}" for k in range(seeds)]

@@ -143,12 +143,15 @@ class SeedRun:
     its own seed and one seed), so that `load_policy` and `--resume` take it alone."""
 
     index: int  # along the agents axis of the run's state
-    config: TrainConfig
-    run_dir: Path
+    config: TrainConfig  # its run_dir is the agent's directory
     checkpointer: Checkpointer
     restored: Restored | None
     report: Report | None = None
     evaluator: Evaluator | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.run_dir)
 
 
 @dataclasses.dataclass
@@ -209,7 +212,7 @@ def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[SeedRun]]:
     newest step all of them saved, or starts every one over when one has no checkpoint."""
     if config.num_seeds == 1:
         run_dir, checkpointer, restored = open_run(config, resume)
-        return run_dir, [SeedRun(0, dataclasses.replace(config, run_dir=run_dir), run_dir, checkpointer, restored)]
+        return run_dir, [SeedRun(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
     run_dir = Path(config.run_dir) if resume else create_run_dir(
         config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     step = latest_step(run_dir) if resume else None
@@ -218,8 +221,8 @@ def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[SeedRun]]:
     seeds = []
     for index in range(config.num_seeds):
         own = seed_config(config, run_dir, index)
-        own_dir, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None)
-        seeds.append(SeedRun(index, own, own_dir, checkpointer, restored))
+        _, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None)
+        seeds.append(SeedRun(index, own, checkpointer, restored))
     return run_dir, seeds
 
 
