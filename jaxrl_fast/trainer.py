@@ -136,6 +136,15 @@ class Report:
         self.sink.write(step, record)
 
 
+class OpenedSeed(NamedTuple):
+    """One agent's directory as `open_seeds` opens it, before its report and evaluator exist."""
+
+    index: int  # along the agents axis of the run's state
+    config: TrainConfig  # its run_dir is the agent's directory
+    checkpointer: Checkpointer
+    restored: Restored | None
+
+
 @dataclasses.dataclass
 class SeedRun:
     """One agent's run: its directory and what writes it. A single run is one; a --num-seeds run has
@@ -146,12 +155,17 @@ class SeedRun:
     config: TrainConfig  # its run_dir is the agent's directory
     checkpointer: Checkpointer
     restored: Restored | None
-    report: Report | None = None
-    evaluator: Evaluator | None = None
+    report: Report
+    evaluator: Evaluator
 
     @property
     def run_dir(self) -> Path:
         return Path(self.config.run_dir)
+
+
+def agent_of(config: TrainConfig, tree: Any, index: int) -> Any:
+    """Agent `index`'s part of a pytree with the agents axis (a single run's tree itself)."""
+    return tree if config.num_seeds == 1 else agent_part(tree, index)
 
 
 @dataclasses.dataclass
@@ -165,12 +179,11 @@ class Run:
     env: XlaEnv
     spec: EnvSpec  # one agent's env (a --num-seeds run's pool has num_seeds times its envs)
     plan: Plan
-    schedule: Schedule | None
+    schedule: Schedule
     progress: ProgressDisplay
 
     def agent(self, tree: Any, index: int) -> Any:
-        """Agent `index`'s part of a pytree with the agents axis (a single run's tree itself)."""
-        return tree if self.config.num_seeds == 1 else agent_part(tree, index)
+        return agent_of(self.config, tree, index)
 
 
 def open_run(config: TrainConfig, resume: bool, step: int | None = None,
@@ -207,12 +220,12 @@ def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:
                                resume=own if config.resume is not None else None)
 
 
-def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[SeedRun]]:
+def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[OpenedSeed]]:
     """The run directory and each agent's run; a resumed --num-seeds run restores every agent at the
     newest step all of them saved, or starts every one over when one has no checkpoint."""
     if config.num_seeds == 1:
         run_dir, checkpointer, restored = open_run(config, resume)
-        return run_dir, [SeedRun(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
+        return run_dir, [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
     run_dir = Path(config.run_dir) if resume else create_run_dir(
         config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     step = latest_step(run_dir) if resume else None
@@ -222,7 +235,7 @@ def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[SeedRun]]:
     for index in range(config.num_seeds):
         own = seed_config(config, run_dir, index)
         _, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None)
-        seeds.append(SeedRun(index, own, checkpointer, restored))
+        seeds.append(OpenedSeed(index, own, checkpointer, restored))
     return run_dir, seeds
 
 
@@ -280,8 +293,8 @@ def record_config(run: Run, calibration: Any) -> None:
 
 def build(config: TrainConfig, resume: bool) -> Run:
     """Everything a run needs, in the order each part needs the others."""
-    run_dir, seeds = open_seeds(config, resume)
-    restored = stacked([seed.restored for seed in seeds])
+    run_dir, opened = open_seeds(config, resume)
+    restored = stacked([seed.restored for seed in opened])
     agents, per_agent = config.num_seeds, config.num_envs
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
     env_seed = (config.seed + restored.step) % (2**31 - per_agent - (agents - 1)) if restored else config.seed
@@ -294,22 +307,24 @@ def build(config: TrainConfig, resume: bool) -> Run:
     progress = ProgressDisplay(plan.total_steps, config.progress)
     board = EvalBoard(progress, agents)
     policy = jax.jit(lambda payload, obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
-    for seed in seeds:
-        seed.report = Report(seed.config, seed.run_dir, seed.restored, functools.partial(board.show, seed.index))
-        seed.evaluator = Evaluator(
+    seeds = []
+    for seed in opened:
+        own_dir = Path(seed.config.run_dir)
+        report = Report(seed.config, own_dir, seed.restored, functools.partial(board.show, seed.index))
+        evaluator = Evaluator(
             config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
-            lambda payload, obs: np.asarray(policy(payload, obs)), seed.report.evaluation, spec.max_episode_steps,
-            VideoPlan(seed.run_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
+            lambda payload, obs: np.asarray(policy(payload, obs)), report.evaluation, spec.max_episode_steps,
+            VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
         )
-    run = Run(config, run_dir, seeds, restored, env, spec, plan, None, progress)
+        seeds.append(SeedRun(*seed, report, evaluator))
 
     def on_eval(payload: Any, iteration: Any) -> None:
         step = plan.step_at(int(iteration))
         for seed in seeds:
-            seed.evaluator.request(run.agent(payload, seed.index), step)
+            seed.evaluator.request(agent_of(config, payload, seed.index), step)
 
-    run.schedule = build_schedule(config, env, on_eval, algo)
-    return run
+    schedule = build_schedule(config, env, on_eval, algo)
+    return Run(config, run_dir, seeds, restored, env, spec, plan, schedule, progress)
 
 
 def build_schedule(config: TrainConfig, env: XlaEnv, on_eval: Any = None, algo: Any = None) -> Schedule:

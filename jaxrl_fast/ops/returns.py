@@ -7,6 +7,12 @@ import jax.numpy as jnp
 from jax import lax
 
 
+def episode_flags(terminated_t: jax.Array, truncated_t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`terminated` as float32, and `continues = 1 - done`: where a trace may run on into step t+1."""
+    terminated = terminated_t.astype(jnp.float32)
+    return terminated, 1.0 - jnp.maximum(terminated, truncated_t.astype(jnp.float32))
+
+
 def generalized_advantage_estimation(
     reward_t: jax.Array,
     value_t: jax.Array,
@@ -33,8 +39,7 @@ def generalized_advantage_estimation(
     Returns:
       `[T]` float32 advantages.
     """
-    terminated = terminated_t.astype(jnp.float32)
-    continues = 1.0 - jnp.maximum(terminated, truncated_t.astype(jnp.float32))
+    terminated, continues = episode_flags(terminated_t, truncated_t)
     delta_t = reward_t + gamma * (1.0 - terminated) * next_value_t - value_t
 
     def backward(advantage_tp1, inputs):
@@ -71,8 +76,7 @@ def q_lambda_returns(
     Returns:
       `[T]` float32 returns.
     """
-    terminated = terminated_t.astype(jnp.float32)
-    continues = 1.0 - jnp.maximum(terminated, truncated_t.astype(jnp.float32))
+    terminated, continues = episode_flags(terminated_t, truncated_t)
 
     def backward(return_tp1, inputs):
         reward, next_max_q, alive, cont = inputs

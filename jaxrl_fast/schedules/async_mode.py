@@ -134,7 +134,7 @@ class AsyncModeActor:
         self.pool.async_reset()
 
     def act_chunk(self, params: Any, version: int, random: bool, key: jax.Array, env_step: int, clock: Any) -> StagedChunk:
-        stager, cycle, env_step = self.stager, 0, np.int32(env_step)
+        stager, cycle, env_step = self.stager, 0, np.float32(env_step)
         while not stager.ready():
             begin = time.perf_counter()
             steps = recv_steps(self.pool, self.max_steps)

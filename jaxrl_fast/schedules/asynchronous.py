@@ -148,7 +148,7 @@ def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, 
 
     def act(params, version, random, key, env_step):
         nonlocal carry
-        carry, rows, finished = clock.timed("env", program, carry, params, key, jnp.int32(env_step), random)
+        carry, rows, finished = clock.timed("env", program, carry, params, key, jnp.float32(env_step), random)
         return rows, -1 if random else version, finished
 
     return act

@@ -26,6 +26,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxrl_fast import phases
@@ -211,8 +212,9 @@ def make_off_policy_loop(
 
 
 def env_step_at(plan: OffPolicyPlan, iteration: Any, steps_per_iteration: int) -> Any:
-    """Environment steps before learning iteration `iteration` (DQN's epsilon schedule reads it)."""
-    return (plan.warmup_iterations + iteration) * steps_per_iteration
+    """Environment steps before learning iteration `iteration` (DQN's epsilon schedule reads it), as
+    float32: an int32 count would wrap after 2**31 steps, and epsilon needs no exact count."""
+    return (plan.warmup_iterations + iteration) * np.float32(steps_per_iteration)
 
 
 def fused_loop(algo, env, options, plan, placement, iterations_per_call, requests: EvalRequests,
