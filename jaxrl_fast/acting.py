@@ -74,12 +74,19 @@ def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax
             moments = update_moments(moments, obs)
         return EnvCarry(None, obs, init_episode_state(obs.shape[0]), moments, init_reward_scale(obs.shape[0]))
 
-    obs = jnp.asarray(first_obs, jnp.float32)
+    obs = jnp.asarray(first_obs, env.spec.obs_dtype)
     carry = jax.vmap(own)(obs.reshape((num_agents, -1, *obs.shape[1:]))) if num_agents > 1 else own(obs)
     return carry._replace(handle=jnp.asarray(handle))
 
 
 Policy = Callable[[jax.Array, jax.Array], Act]  # (observed obs [B, ...], key) -> Act
+
+
+class Score(NamedTuple):
+    """What episode statistics count of one step, `[B]` each: the game's score and end (`env.Step`)."""
+
+    score: jax.Array
+    game_over: jax.Array
 
 
 def step_keys(key: jax.Array, length: int) -> jax.Array:
@@ -129,7 +136,7 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int 
     """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`.
 
     Only acting, stepping and storing run in each step; the episode statistics are computed from
-    the stored rewards and flags after the loop (`track_rollout_episodes`).
+    the stored game scores and ends after the loop (`track_rollout_episodes`).
 
     With `num_agents` N > 1, independent agents share the pool: agent j owns envs
     `[j E, (j + 1) E)`. Every field of the carry but the handle has a leading agents axis, `key` is
@@ -142,7 +149,7 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int 
     pool_batch = (lambda x: x.reshape((-1, *x.shape[2:]))) if agents else (lambda x: x)
     agent_batch = (lambda x: x.reshape((num_agents, -1, *x.shape[1:]))) if agents else (lambda x: x)
 
-    def record(carry: EnvCarry, obs: jax.Array, act: Act, step: Any) -> tuple[EnvCarry, tuple[Transition, jax.Array | None]]:
+    def record(carry: EnvCarry, obs: jax.Array, act: Act, step: Any) -> tuple[EnvCarry, tuple[Transition, Score]]:
         """One agent's bookkeeping of a step it acted in (its carry without the pool's handle)."""
         valid = ~carry.episodes.reset_step
         done = step.terminated | step.truncated
@@ -154,10 +161,9 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int 
             moments = update_moments(moments, step.obs)
         transition = Transition(obs, act.action, reward, step.terminated, step.truncated, valid, act.extras)
         episodes = carry.episodes._replace(reset_step=valid & done)
-        raw_reward = step.reward if options.scale_rewards else None  # else the transition holds it
-        return EnvCarry(None, step.obs, episodes, moments, reward_scale), (transition, raw_reward)
+        return EnvCarry(None, step.obs, episodes, moments, reward_scale), (transition, Score(step.score, step.game_over))
 
-    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, jax.Array | None]]:
+    def env_step(policy: Policy, carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, tuple[Transition, Score]]:
         own = carry._replace(handle=None)
         with jax.named_scope(phases.INFERENCE):
             obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(own)
@@ -167,17 +173,17 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int 
             own, out = per_agent(record)(own, obs, act, jax.tree.map(agent_batch, step))
         return own._replace(handle=handle), out
 
-    def track(episodes: EpisodeState, tr: Transition, raw_reward: jax.Array) -> tuple[EpisodeState, EpisodeStats]:
-        return track_rollout_episodes(episodes, raw_reward, tr.terminated, tr.truncated, tr.valid)
+    def track(episodes: EpisodeState, score: Score, valid: jax.Array, reset_step: jax.Array) -> tuple[EpisodeState, EpisodeStats]:
+        return track_rollout_episodes(episodes, score.score, score.game_over, valid, reset_step)
 
     def collect(carry: EnvCarry, policy: Policy, key: jax.Array) -> tuple[EnvCarry, Transition, EpisodeStats]:
         episodes = carry.episodes
         keys = jnp.swapaxes(jax.vmap(step_keys, (0, None))(key, length), 0, 1) if agents else step_keys(key, length)
-        carry, (tr, raw_reward) = lax.scan(lambda c, k: env_step(policy, c, k), carry, keys)
+        carry, (tr, score) = lax.scan(lambda c, k: env_step(policy, c, k), carry, keys)
         with jax.named_scope(phases.ENV):
-            raw_reward = tr.reward if raw_reward is None else raw_reward
             time_major = 1 if agents else None  # [T, N, E]: the agents axis is the second
-            episodes, finished = per_agent(track, in_axes=(0, time_major, time_major))(episodes, tr, raw_reward)
+            episodes, finished = per_agent(track, in_axes=(0, time_major, time_major, 0))(
+                episodes, score, tr.valid, carry.episodes.reset_step)
         return carry._replace(episodes=episodes), tr, finished
 
     return collect

@@ -389,7 +389,7 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     act = jax.jit(lambda obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
 
     def policy(obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs, np.float32)
+        obs = np.asarray(obs, spec.obs_dtype)  # uint8 frames stay uint8: the encoder scales them
         check_observation_shape(obs.shape, tuple(spec.obs_shape), spec.env_id)
         single = obs.shape == tuple(spec.obs_shape)
         actions = np.asarray(act(obs[None] if single else obs))

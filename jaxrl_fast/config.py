@@ -35,6 +35,8 @@ class RunConfig:
     """Train this many independent agents, seeds --seed .. --seed + N - 1, in one program over one EnvPool of N x --num-envs envs; agent k's envs are seeded as a single run with seed --seed + k seeds them. RUN_DIR/seed_<k> is agent k's complete run directory (load_policy and --resume work on it alone) and RUN_DIR/summary.json aggregates them (IQM with a bootstrap 95% interval). The agents act together and learn one after another, so agent k is the single run with seed --seed + k: bitwise for PPO and PQN on raw observations, to the last bits otherwise. sync schedule, single placement."""
     batch_seed_updates: bool = False
     """--num-seeds: vmap the agents' updates into one batched program instead of one agent after another. Faster where an update is bound by its batch (accelerators); agent k then equals the single run with its seed only up to floating-point reassociation, which training amplifies until trajectories part."""
+    env_kwargs: tuple[str, ...] = ()
+    """EnvPool options as key=value (e.g. repeat_action_probability=0.25), over the preset's. Atari's episodic_life and reward_clip shape training only: evaluation plays whole games."""
     num_envs: int = 8
     """Environments stepped together by EnvPool."""
     num_threads: int = 0

@@ -2,7 +2,8 @@
 
 From an EnvPool id and options this module builds
 
-* an `EnvSpec` (observation and action specs as the learner sees them, always float32),
+* an `EnvSpec` (observation and action specs as the learner sees them: float32 vectors, or uint8
+  images that stay uint8 until a network's first layer scales them),
 * `XlaEnv.step(handle, action) -> (handle, Step)`, usable inside `jit` and `lax.scan`,
 * the episode bookkeeping that EnvPool's auto-reset needs (`EpisodeState`, `track_episodes`).
 
@@ -10,6 +11,12 @@ EnvPool's auto-reset: when a step ends an episode (`terminated | truncated`), th
 for that env is a reset step. Its action is ignored, it returns the first observation of the new
 episode with reward 0, and it is no transition. `EpisodeState.reset_step` marks such steps so
 that learners can mask them out.
+
+Games and episodes: with Atari's training options (`episodic_life`, `reward_clip`) the learner's
+episode ends at every lost life and its rewards are clipped to their sign, while the score that
+published tables count is the game's own: unclipped, over every life. Each step carries both, the
+learner's `reward`/`terminated` and the game's `score`/`game_over` (EnvPool's `info:reward` and
+`info:terminated`); episode statistics count games. Elsewhere the two are the same.
 
 The 64-bit hazard: MuJoCo tasks declare float64 observations and actions. EnvPool's own
 `env.xla()` canonicalizes those to float32 when JAX runs in its default 32-bit mode, so XLA hands
@@ -39,8 +46,15 @@ from jax import ffi, lax
 # Gymnasium warns whenever EnvPool's float64 Box bounds are cast to float32: expected, and noise.
 warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 
-# Families whose observations are flat vectors an MLP can take.
+# Families whose observations are flat vectors an MLP can take, and those of stacked uint8 frames.
 VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text")
+PIXEL_FAMILIES = ("atari",)
+# Pool options the engine sets itself (`make_pool`'s arguments), never given through --env-kwargs.
+ENGINE_OPTIONS = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "max_num_players",
+                  "thread_affinity_offset", "gym_reset_return_info", "base_path", "task")
+# Options that shape the learner's view of a game but not the game: evaluation pools leave them out,
+# so an evaluation episode is one whole game scored as published tables score it.
+TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip", "zero_discount_on_life_loss")
 
 
 class EnvError(ValueError):
@@ -51,7 +65,8 @@ class EnvError(ValueError):
 class EnvSpec:
     """What the learner needs to know about a batch of environments.
 
-    Observations are float32 `[num_envs, *obs_shape]`. Discrete actions are int32 `[num_envs]` in
+    Observations are `obs_dtype` `[num_envs, *obs_shape]`: float32, or uint8 for images (`pixels`:
+    `[frames, height, width]` stacks, scaled to [0, 1] by the networks' encoders). Discrete actions are int32 `[num_envs]` in
     `[0, num_actions)`; continuous actions are float32 `[num_envs, *action_shape]` in
     `[action_low, action_high]`.
     """
@@ -66,24 +81,33 @@ class EnvSpec:
     action_low: tuple[float, ...]
     action_high: tuple[float, ...]
     max_episode_steps: int
+    obs_dtype: str = "float32"
+
+    @property
+    def pixels(self) -> bool:
+        """Image observations (uint8 frames): they need a convolutional encoder."""
+        return self.obs_dtype == "uint8"
 
 
 class Step(NamedTuple):
     """One batched step as returned by `XlaEnv.step`; arrays are `[num_envs, ...]`."""
 
-    obs: jax.Array  # float32 [B, *obs_shape]
-    reward: jax.Array  # float32 [B]
+    obs: jax.Array  # spec.obs_dtype [B, *obs_shape]
+    reward: jax.Array  # float32 [B]: what the learner learns from (clipped in Atari training)
     terminated: jax.Array  # bool [B]: the episode ended in a terminal state (no bootstrap)
     truncated: jax.Array  # bool [B]: the episode was cut by the time limit (bootstrap)
-    elapsed_step: jax.Array  # int32 [B]: steps since the episode began; 0 on a reset step
+    elapsed_step: jax.Array  # int32 [B]: steps since the game began
+    score: jax.Array  # float32 [B]: the game's own reward, what episode statistics sum
+    game_over: jax.Array  # bool [B]: the game ended (all lives lost, or the time limit)
 
 
 def check_step(step: Step, spec: EnvSpec) -> None:
     """The adapter's promise to the jitted code: shapes and dtypes of a batched step."""
     n = spec.num_envs
     chex.assert_shape(step.obs, (n, *spec.obs_shape))
-    chex.assert_shape([step.reward, step.terminated, step.truncated, step.elapsed_step], (n,))
-    chex.assert_type([step.obs, step.reward, step.terminated, step.elapsed_step], [jnp.float32, jnp.float32, bool, jnp.int32])
+    chex.assert_shape([step.reward, step.terminated, step.truncated, step.elapsed_step, step.score, step.game_over], (n,))
+    chex.assert_type([step.obs, step.reward, step.terminated, step.elapsed_step, step.score, step.game_over],
+                     [jnp.dtype(spec.obs_dtype), jnp.float32, bool, jnp.int32, jnp.float32, bool])
 
 
 class XlaEnv(NamedTuple):
@@ -98,10 +122,11 @@ class XlaEnv(NamedTuple):
     handle: np.ndarray
     step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
     has_gpu_step: bool  # EnvPool was built with a GPU target for its XLA calls
+    options: dict[str, Any]  # the EnvPool options it was made with (e.g. Atari's episodic_life)
 
     def reset(self) -> np.ndarray:
         obs, _ = self.pool.reset()
-        return np.asarray(obs, dtype=np.float32)
+        return np.asarray(obs, dtype=self.spec.obs_dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,14 +195,73 @@ def unknown_env_message(env_id: str) -> str:
 
 
 def check_env_id(env_id: str) -> str:
-    """Return the family of a known id whose observations an MLP can take, or raise EnvError."""
+    """Return the family of a known id whose observations the networks can take, or raise EnvError."""
     family = env_family(env_id)
-    if family not in VECTOR_FAMILIES:
+    if family not in VECTOR_FAMILIES + PIXEL_FAMILIES:
         raise EnvError(
-            f"--env: {env_id!r} is an EnvPool {family!r} task with image or structured observations; "
-            f"this version trains MLP policies on vector observations ({', '.join(VECTOR_FAMILIES)})."
+            f"--env: {env_id!r} is an EnvPool {family!r} task; this version trains "
+            f"on vector observations ({', '.join(VECTOR_FAMILIES)}) and Atari frames ({', '.join(PIXEL_FAMILIES)})."
         )
     return family
+
+
+def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """`--env-kwargs` as a dict: `key=value` items, values read as bool, int, float or text; a key
+    given twice takes its last value (a preset's options, then the command line's)."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise EnvError(f"--env-kwargs: {item!r} is not key=value (e.g. repeat_action_probability=0.25)")
+        options[key.strip()] = _option_value(text.strip())
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
+    """Refuse an EnvPool option the id does not have, one the engine sets itself, or a value of
+    another type than the option's default, naming the options there are."""
+    if not options:
+        return
+    check_env_id(env_id)
+    import envpool
+
+    spec = envpool.make_spec(env_id)
+    defaults = dict(zip(spec.config._fields, spec._default_config_values))
+    settable = sorted(set(defaults) - set(ENGINE_OPTIONS))
+    for key, value in options.items():
+        if key in ENGINE_OPTIONS:
+            raise EnvError(f"--env-kwargs: {key} is set by --env or by the engine's own flags (--num-envs, --num-threads, --seed)")
+        if key not in defaults:
+            close = difflib.get_close_matches(key, settable, n=3)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise EnvError(f"--env-kwargs: {env_id} has no option {key!r}.{hint} It has: {', '.join(settable)}")
+        default = defaults[key]
+        fits = isinstance(value, type(default)) or (isinstance(default, float) and type(value) is int)
+        if not fits or (isinstance(value, bool) and not isinstance(default, bool)):
+            raise EnvError(f"--env-kwargs: {key}={value!r} is of type {type(value).__name__}; {env_id}'s {key} is of "
+                           f"type {type(default).__name__} (default {default!r})")
+
+
+def merge_env_kwargs(*items: Sequence[str]) -> tuple[str, ...]:
+    """Several `--env-kwargs` lists as one, a later list's value of a key replacing an earlier one's."""
+    return tuple(f"{key}={value}" for key, value in parse_env_kwargs([i for part in items for i in part]).items())
+
+
+def evaluation_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The pool options of evaluation envs: the training ones without those that only shape the
+    learner's view (life-loss episodes, clipped rewards)."""
+    return {k: v for k, v in options.items() if k not in TRAINING_ONLY_OPTIONS}
 
 
 def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], batch_size: int = 0,
@@ -227,14 +311,20 @@ def spec_of(pool: Any, env_id: str) -> EnvSpec:
         action_low=low,
         action_high=high,
         max_episode_steps=int(pool.config["max_episode_steps"]),
+        obs_dtype="uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32",
     )
 
 
+def probe_spec(env_id: str, options: dict[str, Any] | None = None) -> EnvSpec:
+    """The spec of an env id with pool options (e.g. Atari's frame size), from a one-env pool that
+    is closed again at once (once per id and options: the CLI's checks ask for it more than once,
+    and a MuJoCo pool takes a while to build)."""
+    return _probe_spec(env_id, tuple(sorted((options or {}).items())))
+
+
 @functools.lru_cache(maxsize=None)
-def probe_spec(env_id: str) -> EnvSpec:
-    """The spec of an env id, from a one-env pool that is closed again at once (once per id: the
-    CLI's checks ask for it more than once, and a MuJoCo pool takes a while to build)."""
-    pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0)
+def _probe_spec(env_id: str, options: tuple[tuple[str, Any], ...]) -> EnvSpec:
+    pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0, **dict(options))
     try:
         return spec_of(pool, env_id)
     finally:
@@ -383,7 +473,8 @@ def recv_steps(pool: Any, max_steps: int) -> HostSteps:
 def make_xla_env(
     env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], **options: Any
 ) -> XlaEnv:
-    """Build the pool and its jittable `step`. Observations and rewards arrive as float32."""
+    """Build the pool and its jittable `step`. Rewards arrive as float32, observations as float32
+    or, for images, uint8."""
     pool = make_pool(env_id, num_envs, num_threads, seed, **options)
     spec = spec_of(pool, env_id)
     native = {name: entry for name, entry in pool._xla()}
@@ -402,6 +493,7 @@ def make_xla_env(
         raise EnvError(f"EnvPool {env_id}: unexpected action fields {action_keys}")
     env_ids = np.arange(num_envs, dtype=np.int32)
     max_steps = spec.max_episode_steps
+    scored = "info:reward" in state_dtypes and "info:terminated" in state_dtypes  # Atari's game fields
 
     def step(handle: jax.Array, action: jax.Array) -> tuple[jax.Array, Step]:
         ids = jnp.asarray(env_ids)
@@ -411,12 +503,15 @@ def make_xla_env(
         state = {k: from_wire(v, state_dtypes[k]) for k, v in zip(state_keys, fields)}
         elapsed = state["elapsed_step"].astype(jnp.int32)
         terminated, truncated = end_flags(state["done"].astype(bool), state["trunc"].astype(bool), elapsed, max_steps)
+        reward = state["reward"].astype(jnp.float32)
         out = Step(
-            obs=state["obs"].astype(jnp.float32),
-            reward=state["reward"].astype(jnp.float32),
+            obs=state["obs"].astype(spec.obs_dtype),
+            reward=reward,
             terminated=terminated,
             truncated=truncated,
             elapsed_step=elapsed,
+            score=state["info:reward"].astype(jnp.float32) if scored else reward,
+            game_over=(state["info:terminated"].astype(bool) | truncated) if scored else terminated | truncated,
         )
         check_step(out, spec)  # at trace time: free at run time
         return handle, out
@@ -427,6 +522,7 @@ def make_xla_env(
         handle=np.frombuffer(recv_handle, dtype=np.uint8).copy(),
         step=step,
         has_gpu_step=recv_caps[1] is not None and send_caps[1] is not None,
+        options=dict(options),
     )
 
 
@@ -437,17 +533,18 @@ def make_xla_env(
 class EpisodeState(NamedTuple):
     """Per-env running statistics carried through the jitted loop, `[num_envs]` each.
 
-    `reset_step` is True where the next step is EnvPool's reset step (the previous step ended
-    an episode): that step's action is ignored and it is no transition.
+    The running return and length are the game's (`Step.score` over every life). `reset_step` is
+    True where the next step is EnvPool's reset step (the previous step ended the learner's
+    episode): that step's action is ignored and it is no transition.
     """
 
-    episode_return: jax.Array  # float32: undiscounted return of the running episode
-    episode_length: jax.Array  # int32
+    episode_return: jax.Array  # float32: undiscounted score of the running game
+    episode_length: jax.Array  # int32: its steps, reset steps not counted
     reset_step: jax.Array  # bool
 
 
 class EpisodeStats(NamedTuple):
-    """Completed episodes, summed so they can be reduced inside jit and fetched rarely."""
+    """Completed games, summed so they can be reduced inside jit and fetched rarely."""
 
     count: jax.Array  # int32 []
     return_sum: jax.Array  # float32 []
@@ -467,14 +564,14 @@ def init_episode_stats() -> EpisodeStats:
 
 
 def track_episodes(state: EpisodeState, step: Step) -> tuple[EpisodeState, EpisodeStats]:
-    """Advance the running statistics by one step and report the episodes that just ended.
+    """Advance the running statistics by one step and report the games that just ended.
 
-    Reset steps contribute nothing: their reward is not part of any episode.
+    Reset steps contribute nothing: their reward is not part of any episode (and is 0).
     """
     valid = ~state.reset_step
-    ret = jnp.where(valid, state.episode_return + step.reward, 0.0)
-    length = jnp.where(valid, state.episode_length + 1, 0)
-    ended = valid & (step.terminated | step.truncated)
+    ret = state.episode_return + jnp.where(valid, step.score, 0.0)
+    length = state.episode_length + valid.astype(jnp.int32)
+    ended = valid & step.game_over
     stats = EpisodeStats(
         count=ended.sum(dtype=jnp.int32),
         return_sum=jnp.where(ended, ret, 0.0).sum(),
@@ -483,37 +580,38 @@ def track_episodes(state: EpisodeState, step: Step) -> tuple[EpisodeState, Episo
     new_state = EpisodeState(
         episode_return=jnp.where(ended, 0.0, ret),
         episode_length=jnp.where(ended, 0, length),
-        reset_step=ended,
+        reset_step=valid & (step.terminated | step.truncated),
     )
     return new_state, stats
 
 
 def track_rollout_episodes(
-    state: EpisodeState, reward: jax.Array, terminated: jax.Array, truncated: jax.Array, valid: jax.Array
+    state: EpisodeState, score: jax.Array, game_over: jax.Array, valid: jax.Array, reset_step: jax.Array
 ) -> tuple[EpisodeState, EpisodeStats]:
-    """`track_episodes` over a whole rollout at once: `[T, B]` raw rewards and flags, `valid[t]`
-    False on reset steps (`valid[0] == ~state.reset_step`). Same state and totals as scanning
-    `track_episodes` step by step, in a few batched ops after the loop instead of ops in every step.
+    """`track_episodes` over a whole rollout at once: `[T, B]` scores and game ends, `valid[t]`
+    False on reset steps (`valid[0] == ~state.reset_step`), and `reset_step` `[B]` after the last
+    step. Same state and totals as scanning `track_episodes` step by step, in a few batched ops
+    after the loop instead of ops in every step.
 
-    The episodes that end within the rollout partition each env's valid steps up to its last end:
-    their returns sum to the running return carried in plus every valid reward up to that end.
+    The games that end within the rollout partition each env's valid steps up to its last end:
+    their scores sum to the running score carried in plus every valid score up to that end.
     """
-    ended = valid & (terminated | truncated)
-    t = jnp.arange(reward.shape[0], dtype=jnp.int32)[:, None]
-    last_end = jnp.max(jnp.where(ended, t, -1), axis=0)  # [B]; -1 where no episode ended
+    ended = valid & game_over
+    t = jnp.arange(score.shape[0], dtype=jnp.int32)[:, None]
+    last_end = jnp.max(jnp.where(ended, t, -1), axis=0)  # [B]; -1 where no game ended
     any_end = last_end >= 0
-    closed = t <= last_end  # [T, B]: steps of episodes that ended in this rollout
-    reward = jnp.where(valid, reward, 0.0)
+    closed = t <= last_end  # [T, B]: steps of games that ended in this rollout
+    score = jnp.where(valid, score, 0.0)
     steps = valid.astype(jnp.int32)
     stats = EpisodeStats(
         count=ended.sum(dtype=jnp.int32),
-        return_sum=jnp.where(closed, reward, 0.0).sum() + jnp.where(any_end, state.episode_return, 0.0).sum(),
+        return_sum=jnp.where(closed, score, 0.0).sum() + jnp.where(any_end, state.episode_return, 0.0).sum(),
         length_sum=(jnp.where(closed, steps, 0).sum() + jnp.where(any_end, state.episode_length, 0).sum()).astype(jnp.int32),
     )
     new_state = EpisodeState(
-        episode_return=jnp.where(any_end, 0.0, state.episode_return) + jnp.where(closed, 0.0, reward).sum(0),
+        episode_return=jnp.where(any_end, 0.0, state.episode_return) + jnp.where(closed, 0.0, score).sum(0),
         episode_length=jnp.where(any_end, 0, state.episode_length) + jnp.where(closed, 0, steps).sum(0, dtype=jnp.int32),
-        reset_step=ended[-1],
+        reset_step=reset_step,
     )
     return new_state, stats
 

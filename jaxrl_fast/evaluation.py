@@ -73,7 +73,7 @@ def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_step
     if on_frame is not None:
         on_frame()
     for _ in range(max_steps + 1):
-        action = np.asarray(policy(np.asarray(obs, np.float32)))
+        action = np.asarray(policy(obs if obs.dtype == np.uint8 else np.asarray(obs, np.float32)))
         obs, reward, terminated, truncated, _ = pool.step(action)
         filming = on_frame is not None and running[0]
         returns += np.where(running, reward, 0.0)
@@ -108,6 +108,7 @@ class Evaluator:
       on_result: called in the evaluator thread with each `EvalResult`.
       max_episode_steps: bound on an evaluation's length.
       video: which evaluations to film (None: none); the pool is then made renderable.
+      options: EnvPool options of the evaluation pool (`env.evaluation_options` of the training ones).
     """
 
     def __init__(
@@ -119,11 +120,13 @@ class Evaluator:
         on_result: Callable[[EvalResult], None],
         max_episode_steps: int,
         video: VideoPlan | None = None,
+        options: dict[str, Any] | None = None,
     ):
+        options = options or {}
         if video is None:
-            self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed)
+            self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed, **options)
         else:
-            self._pool = render_pool(env_id, num_envs=num_episodes, seed=seed)
+            self._pool = render_pool(env_id, num_envs=num_episodes, seed=seed, **options)
         self._video = video
         self.num_episodes = num_episodes
         self._policy = policy
@@ -154,12 +157,12 @@ class Evaluator:
             self._pending = (payload, int(step))
             self._wake.notify()
 
-    def prepare(self, payload: Any, obs_shape: tuple[int, ...]) -> threading.Thread:
+    def prepare(self, payload: Any, obs_shape: tuple[int, ...], obs_dtype: str = "float32") -> threading.Thread:
         """Compile the policy for payloads shaped like `payload` on a helper thread, so that the first
         evaluation, in the middle of the first training call, does not wait for it. Zeros stand in
         for the parameters (the training call may reuse the real ones' buffers meanwhile)."""
         zeros = host_zeros_like(payload)
-        obs = np.zeros((self.num_episodes, *obs_shape), np.float32)
+        obs = np.zeros((self.num_episodes, *obs_shape), obs_dtype)
 
         def compile_policy() -> None:
             try:

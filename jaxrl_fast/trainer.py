@@ -34,7 +34,7 @@ from jaxrl_fast.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveE
                                    agent_state, check_finite, latest_step, seed_run_dir, write_policy_info)
 from jaxrl_fast.config import TrainConfig, family, run_dict
 from jaxrl_fast.curves import CURVE_FILE, LearningCurve
-from jaxrl_fast.env import EnvSpec, XlaEnv, agent_env_seeds, make_xla_env
+from jaxrl_fast.env import EnvSpec, XlaEnv, agent_env_seeds, evaluation_options, make_xla_env, parse_env_kwargs
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 read_metrics, truncate_metrics, write_json)
@@ -298,8 +298,9 @@ def build(config: TrainConfig, resume: bool) -> Run:
     agents, per_agent = config.num_seeds, config.num_envs
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
     env_seed = (config.seed + restored.step) % (2**31 - per_agent - (agents - 1)) if restored else config.seed
+    pool_options = parse_env_kwargs(config.env_kwargs)
     env = make_xla_env(config.env, agents * per_agent, env_threads(config),
-                       agent_env_seeds(env_seed, agents, per_agent) if agents > 1 else env_seed)
+                       agent_env_seeds(env_seed, agents, per_agent) if agents > 1 else env_seed, **pool_options)
     spec = dataclasses.replace(env.spec, num_envs=per_agent)  # what one agent acts in
     algo = make_algorithm(config, spec)
     plan = make_plan(config, algo)
@@ -315,6 +316,7 @@ def build(config: TrainConfig, resume: bool) -> Run:
             config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
             lambda payload, obs: np.asarray(policy(payload, obs)), report.evaluation, spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
+            evaluation_options(pool_options),
         )
         seeds.append(SeedRun(*seed, report, evaluator))
 
@@ -390,7 +392,7 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
     progress.compile_s = work(lambda: schedule.start(run.restored))
     payload = schedule.eval_payload()
     for seed in run.seeds:  # beside the first training call
-        seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape)
+        seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape, run.spec.obs_dtype)
     progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
     while progress.done < plan.total_iterations and not every_target_reached(run):

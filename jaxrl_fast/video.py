@@ -87,12 +87,12 @@ def enable_rendering(family: str) -> None:
         raise VideoError(f"MuJoCo cannot render in this process: {_egl_problem}")
 
 
-def render_pool(env_id: str, num_envs: int, seed: int) -> Any:
+def render_pool(env_id: str, num_envs: int, seed: int, **options: Any) -> Any:
     """A synchronous EnvPool whose envs can be rendered to RGB arrays."""
     from jaxrl_fast.env import env_family, make_pool
 
     enable_rendering(env_family(env_id))
-    return make_pool(env_id, num_envs=num_envs, num_threads=1, seed=seed, render_mode="rgb_array")
+    return make_pool(env_id, num_envs=num_envs, num_threads=1, seed=seed, render_mode="rgb_array", **options)
 
 
 def render_frame(pool: Any, env_index: int = 0) -> np.ndarray:

@@ -10,34 +10,40 @@ from jaxrl_fast.data import Act
 from jaxrl_fast.env import EpisodeState, Step, init_episode_state, make_xla_env, track_episodes, track_rollout_episodes
 
 
-def stepwise(state: EpisodeState, reward, terminated, truncated):
-    """The reference: `track_episodes` scanned step by step; totals summed, and each step's validity."""
+def stepwise(state: EpisodeState, score, terminated, truncated, game_over=None):
+    """The reference: `track_episodes` scanned step by step; totals summed, and each step's validity.
+    Without `game_over`, every episode is a whole game (as outside Atari)."""
+    game_over = terminated | truncated if game_over is None else game_over
 
     def body(s, x):
-        r, term, trunc = x
+        r, term, trunc, over = x
         valid = ~s.reset_step
-        s, finished = track_episodes(s, Step(None, r, term, trunc, None))
+        s, finished = track_episodes(s, Step(None, jnp.sign(r), term, trunc, None, r, over))
         return s, (finished, valid)
 
-    state, (finished, valid) = jax.lax.scan(body, state, (reward, terminated, truncated))
+    state, (finished, valid) = jax.lax.scan(body, state, (score, terminated, truncated, game_over))
     return state, jax.tree.map(lambda x: x.sum(0), finished), valid
 
 
 def envpool_like_flags(rng: np.random.Generator, reset_step: np.ndarray, steps: int):
-    """Random end flags with EnvPool's auto-reset: the step after an end is a reset step (reward 0, no end)."""
+    """Random end flags with EnvPool's auto-reset: the step after an end is a reset step (reward 0, no
+    end). With episodic lives, some terminations are lost lives and the game goes on after the reset
+    step; the others, and truncations, end the game."""
     num_envs = reset_step.shape[0]
-    reward = rng.normal(size=(steps, num_envs)).astype(np.float32)
+    score = rng.normal(size=(steps, num_envs)).astype(np.float32)
     terminated = rng.random((steps, num_envs)) < 0.15
     truncated = (rng.random((steps, num_envs)) < 0.05) & ~terminated
+    game_over = truncated | (terminated & (rng.random((steps, num_envs)) < 0.4))
     valid = np.zeros((steps, num_envs), bool)
     previous_end = reset_step.copy()
     for t in range(steps):
         valid[t] = ~previous_end
         terminated[t] &= valid[t]
         truncated[t] &= valid[t]
-        reward[t] = np.where(valid[t], reward[t], 0.0)
+        game_over[t] &= valid[t]
+        score[t] = np.where(valid[t], score[t], 0.0)
         previous_end = terminated[t] | truncated[t]
-    return reward, terminated, truncated, valid
+    return score, terminated, truncated, game_over, valid
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -51,11 +57,11 @@ def test_rollout_episodes_match_stepwise_tracking(seed):
     )
     state = state._replace(episode_return=jnp.where(state.reset_step, 0.0, state.episode_return),
                            episode_length=jnp.where(state.reset_step, 0, state.episode_length))
-    reward, terminated, truncated, valid = envpool_like_flags(rng, np.asarray(state.reset_step), steps)
-    assert terminated.any() and (~valid).any()
+    score, terminated, truncated, game_over, valid = envpool_like_flags(rng, np.asarray(state.reset_step), steps)
+    assert game_over.any() and (terminated & ~game_over).any() and (~valid).any()
 
-    want_state, want, want_valid = stepwise(state, reward, terminated, truncated)
-    got_state, got = jax.jit(track_rollout_episodes)(state, reward, terminated, truncated, valid)
+    want_state, want, want_valid = stepwise(state, score, terminated, truncated, game_over)
+    got_state, got = jax.jit(track_rollout_episodes)(state, score, game_over, valid, want_state.reset_step)
 
     assert int(got.count) == int(want.count) > 0
     assert int(got.length_sum) == int(want.length_sum)

@@ -131,6 +131,48 @@ def test_unknown_env_id_suggests_close_matches():
         adapter.check_env_id("halfcheetah-v4")
 
 
-def test_image_observation_envs_are_refused_with_reason():
-    with pytest.raises(EnvError, match="vector observations"):
-        adapter.check_env_id("Pong-v5")
+def test_other_families_are_refused_with_reason():
+    with pytest.raises(EnvError, match="vector observations .* and Atari frames"):
+        adapter.check_env_id("MiniGrid-Empty-5x5-v0")
+
+
+ATARI_TRAINING = dict(episodic_life=True, reward_clip=True)
+
+
+def test_atari_frames_stay_uint8_inside_jit():
+    xla_env = make_xla_env("Breakout-v5", num_envs=2, num_threads=1, seed=0, **ATARI_TRAINING)
+    spec = xla_env.spec
+    assert spec.pixels and spec.obs_dtype == "uint8" and spec.obs_shape == (4, 84, 84)
+    assert spec.discrete and spec.num_actions == 4
+    assert xla_env.reset().dtype == np.uint8
+    out, _ = rollout(xla_env, jnp.ones((30, 2), jnp.int32))  # FIRE, then the ball moves
+    assert out[0].obs.dtype == np.uint8 and out[0].obs.shape == (30, 2, 4, 84, 84)
+    assert out[0].obs.max() > 0
+    xla_env.pool.close()
+
+
+def test_game_scores_count_every_life_unclipped_as_envpool_info_does():
+    """The learner sees clipped rewards and an episode per life; statistics count whole games with
+    EnvPool's unclipped `info["reward"]` until `info["terminated"]`, as published scores do."""
+    n, steps = 2, 900
+    actions = np.random.default_rng(0).integers(0, 6, size=(steps, n)).astype(np.int32)
+    xla_env = make_xla_env("SpaceInvaders-v5", num_envs=n, num_threads=1, seed=5, **ATARI_TRAINING)
+    (step, reset_step, finished), _ = rollout(xla_env, jnp.asarray(actions))
+    xla_env.pool.close()
+
+    reference = make_pool("SpaceInvaders-v5", num_envs=n, num_threads=1, seed=5, **ATARI_TRAINING)
+    reference.reset()
+    running, games, lives_lost = np.zeros(n), [], 0
+    for t in range(steps):
+        _, reward, terminated, truncated, info = reference.step(actions[t])
+        np.testing.assert_array_equal(step.reward[t], reward)  # the same trajectory, clipped rewards
+        running += info["reward"]
+        over = info["terminated"].astype(bool) | truncated
+        lives_lost += int((terminated & ~over).sum())
+        games += list(running[over])
+        running[over] = 0.0
+    reference.close()
+    assert lives_lost > 0 and len(games) > 0  # episodes per life happened, and whole games ended
+    assert int(finished.count.sum()) == len(games)
+    np.testing.assert_allclose(finished.return_sum.sum(), sum(games), rtol=1e-6)
+    assert (np.abs(step.reward) <= 1).all() and (step.score > 1).any()  # invaders score 5 to 30 points

@@ -186,7 +186,8 @@ class AsyncSchedule(ScheduleBase):
                                           self.seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, ctx.placement.host)
                            for i in range(self.num_actors)]
         else:  # the whole chunk is one jitted program around EnvPool's XLA step
-            self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads, self.seed + ACTOR_SEED_STRIDE * i)
+            self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads,
+                                              self.seed + ACTOR_SEED_STRIDE * i, **env.options)
                                  for i in range(1, self.num_actors)]
         self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
         self.pieces = make_pieces(algo, env, options, plan)
