@@ -25,10 +25,13 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from jaxrl_fast.algos import ALGORITHMS, action_space_error
 from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config, cli_config
+
+if TYPE_CHECKING:
+    from jaxrl_fast.env import EnvSpec
 
 PROG = "python -m jaxrl_fast.train"
 DESCRIPTION = ("Train an agent on an EnvPool environment. Defaults come from the env's preset; only the chosen "
@@ -166,7 +169,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """Resolve the env's preset, then parse every flag on top of it, then validate."""
     import tyro
 
-    from jaxrl_fast.env import check_env_id
+    from jaxrl_fast.env import check_env_id, merge_env_kwargs
     from jaxrl_fast.presets import resolve_defaults
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -186,33 +189,63 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parsed = tyro.cli(target, default=target(**{f.name: getattr(defaults, f.name) for f in dataclasses.fields(target)}),
                       args=argv, prog=PROG, description=DESCRIPTION)
     config = dataclasses.replace(defaults, **{f.name: getattr(parsed, f.name) for f in dataclasses.fields(target)})
+    config = dataclasses.replace(config, env_kwargs=merge_env_kwargs(defaults.env_kwargs, config.env_kwargs))
     check_action_space(config)  # the most basic mismatch first: no size makes SAC act in CartPole
     validate(config)
     return config
 
 
 def check_action_space(config: TrainConfig) -> None:
-    """Refuse an algorithm that cannot act in the env's action space."""
-    from jaxrl_fast.env import probe_spec
+    """Refuse EnvPool options the env does not have, an algorithm that cannot act in its action
+    space, and what cannot take its observations."""
+    from jaxrl_fast.env import check_env_kwargs, parse_env_kwargs, probe_spec
 
-    error = action_space_error(config.algo, probe_spec(config.env))
+    options = parse_env_kwargs(config.env_kwargs)
+    check_env_kwargs(config.env, options)
+    spec = probe_spec(config.env, options)
+    error = action_space_error(config.algo, spec)
     if error is not None:
         raise ConfigError(error)
+    check_observations(config, spec)
+
+
+def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
+    """Images need an encoder and the sync or concurrent schedule; vectors need none."""
+    encoder = algo_config(config).encoder
+    flag = f"--{config.algo}.encoder"
+    if not spec.pixels:
+        if encoder not in ("auto", "none"):
+            raise ConfigError(f"{flag} {encoder} encodes images; {config.env} observes vectors {list(spec.obs_shape)} "
+                              "(leave it out, or use none)")
+        return
+    refusals = [
+        (encoder == "none", f"{flag} none: {config.env} observes images {list(spec.obs_shape)}, which need an encoder "
+                            "(nature or impala)"),
+        (config.normalize_observations, f"--normalize-observations: {config.env} observes uint8 images, which the "
+                                        "encoder scales to [0, 1] (leave the flag out)"),
+        (config.schedule == "async", "--schedule async: its actors take vector observations; images train with "
+                                     "--schedule sync or concurrent"),
+        (config.calibrate or config.recalibrate, "--calibrate measures vector-observation envs; with images give "
+                                                 "--num-envs yourself"),
+    ]
+    for refused, message in refusals:
+        if refused:
+            raise ConfigError(message)
 
 
 def check_devices(config: TrainConfig) -> None:
     """Refuse a placement the present devices cannot give, and a replay buffer that cannot fit
     where the run's placement puts it."""
-    from jaxrl_fast.env import probe_spec
+    from jaxrl_fast.env import parse_env_kwargs, probe_spec
     from jaxrl_fast.placement import resolve
     from jaxrl_fast.replay import ReplayError, check_fits, replay_nbytes
 
     placement = resolve(config)
     if config.algo not in OFF_POLICY:
         return
-    spec = probe_spec(config.env)
+    spec = probe_spec(config.env, parse_env_kwargs(config.env_kwargs))
     hyper = algo_config(config)
-    nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, "float32",
+    nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, spec.obs_dtype,
                                               spec.action_shape, "int32" if spec.discrete else "float32")
     try:
         check_fits(nbytes, placement.critic[0], f"--{config.algo}.buffer-size")

@@ -85,7 +85,7 @@ def random_act(spec: EnvSpec) -> Callable[[Any, Any], Act]:
 
 
 def positive_sizes(flag: str, sizes: tuple[int, ...]) -> list[str]:
-    if len(sizes) == 0 or min(sizes) <= 0:
+    if any(size <= 0 for size in sizes):  # none at all is a linear head (over an image encoder's features)
         return [f"{flag}.hidden-sizes must be positive sizes, got {sizes}"]
     return []
 

@@ -1,0 +1,122 @@
+"""Image observations: the encoders, the convolution they use on CPU, EnvPool options, and the CLI's
+checks of pixel runs (the adapter's Atari tests are in test_env.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast.env import EnvError, check_env_kwargs, evaluation_options, merge_env_kwargs, parse_env_kwargs, probe_spec
+from jaxrl_fast.networks import (
+    NetworkConfig,
+    make_discrete_q_network,
+    make_policy_network,
+    make_q_network,
+    make_value_network,
+    patches_conv,
+)
+from jaxrl_fast.train import ConfigError, parse_args
+
+
+@pytest.mark.parametrize("size, channels, out, kernel, stride, padding", [
+    (84, 4, 32, 8, 4, "VALID"),  # the Nature CNN's three layers
+    (20, 32, 64, 4, 2, "VALID"),
+    (9, 64, 64, 3, 1, "VALID"),
+    (21, 16, 16, 3, 1, "SAME"),  # IMPALA's (odd and even sizes)
+    (10, 32, 32, 3, 1, "SAME"),
+])
+def test_patches_conv_is_xla_convolution_with_its_gradients(size, channels, out, kernel, stride, padding):
+    x = jax.random.normal(jax.random.key(0), (3, size, size, channels))
+    w = jax.random.normal(jax.random.key(1), (kernel, kernel, channels, out))
+
+    def xla(x, w):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def ours(x, w):
+        return patches_conv(x, w, stride, padding)
+
+    want, got = xla(x, w), ours(x, w)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(jnp.abs(want).max()))
+    loss = lambda f: jax.grad(lambda x, w: (f(x, w) ** 2).sum(), argnums=(0, 1))(x, w)  # noqa: E731
+    for g, h in zip(loss(ours), loss(xla)):
+        np.testing.assert_allclose(g, h, rtol=1e-4, atol=1e-4 * float(jnp.abs(h).max()))
+
+
+def spec_of(env_id, **options):
+    return probe_spec(env_id, options)
+
+
+@pytest.mark.parametrize("encoder, features", [("nature", 512), ("impala", 256)])
+def test_encoders_take_uint8_frames_with_any_leading_shape(encoder, features):
+    spec = spec_of("Breakout-v5")
+    net = NetworkConfig(hidden_sizes=(), encoder=encoder)
+    policy, value, q = make_policy_network(spec, net), make_value_network(spec, net), make_discrete_q_network(spec, net)
+    frames = jax.random.randint(jax.random.key(0), (5, 3, 4, 84, 84), 0, 256).astype(jnp.uint8)  # [T, B, ...]
+    params = policy.init(jax.random.key(1))
+    assert policy.apply(params, frames).shape == (5, 3, 4)
+    assert value.apply(value.init(jax.random.key(2)), frames).shape == (5, 3)
+    assert q.apply(q.init(jax.random.key(3)), frames[0]).shape == (3, 4)
+    head = params["params"]["head"]
+    assert jax.tree.leaves(head)[-1].shape[0] == features  # the linear head reads the encoder's features
+    # frames are scaled in the first layer: the same pixels as floats give the same outputs
+    np.testing.assert_allclose(policy.apply(params, frames.astype(jnp.float32)), policy.apply(params, frames), rtol=1e-6)
+
+
+def test_nature_encoder_has_the_published_size():
+    """Mnih et al.'s network: 1,686,180 parameters with a linear head over Breakout's 4 actions (CleanRL's count)."""
+    spec = spec_of("Breakout-v5")
+    params = make_policy_network(spec, NetworkConfig(hidden_sizes=(), encoder="nature")).init(jax.random.key(0))
+    assert sum(x.size for x in jax.tree.leaves(params)) == 1_686_180
+
+
+def test_channels_last_images_and_continuous_critics():
+    """CarRacing observes [96, 96, 3] RGB frames and acts continuously: the critic's head takes the features and the action."""
+    spec = spec_of("CarRacing-v3")
+    assert spec.pixels and spec.obs_shape == (96, 96, 3) and not spec.discrete
+    q = make_q_network(spec, NetworkConfig(hidden_sizes=(64,), encoder="nature"), num_critics=2)
+    obs, action = jnp.zeros((7, 96, 96, 3), jnp.uint8), jnp.zeros((7, 3))
+    assert q.apply(q.init(jax.random.key(0)), obs, action).shape == (2, 7)
+
+
+def test_env_kwargs_are_parsed_merged_and_checked_against_the_env():
+    assert parse_env_kwargs(["episodic_life=true", "repeat_action_probability=0.25", "stack_num=2"]) == {
+        "episodic_life": True, "repeat_action_probability": 0.25, "stack_num": 2}
+    assert merge_env_kwargs(["episodic_life=true", "reward_clip=true"], ["episodic_life=false"]) == (
+        "episodic_life=False", "reward_clip=True")
+    assert evaluation_options({"episodic_life": True, "reward_clip": True, "stack_num": 2}) == {"stack_num": 2}
+    check_env_kwargs("Pong-v5", {"repeat_action_probability": 0.25, "img_height": 64, "frame_skip": 2})
+    for options, message in [
+        ({"episodic_lif": True}, "no option 'episodic_lif'. Did you mean: episodic_life"),
+        ({"num_envs": 3}, "set by --env or by the engine"),
+        ({"stack_num": 2.5}, "stack_num is of type int"),
+        ({"episodic_life": 1}, "episodic_life is of type bool"),
+    ]:
+        with pytest.raises(EnvError, match=message):
+            check_env_kwargs("Pong-v5", options)
+    with pytest.raises(EnvError, match="not key=value"):
+        parse_env_kwargs(["episodic_life"])
+    assert spec_of("Pong-v5", stack_num=2, img_height=64).obs_shape == (2, 64, 84)
+
+
+def test_atari_presets_and_their_overrides():
+    ppo = parse_args(["--env", "Pong-v5"])
+    assert ppo.env_kwargs == ("episodic_life=True", "reward_clip=True")
+    assert (ppo.num_envs, ppo.ppo.num_steps, ppo.ppo.clip_coef, ppo.ppo.encoder) == (8, 128, 0.1, "nature")
+    pqn = parse_args(["--env", "Breakout-v5", "--algo", "pqn", "--env-kwargs", "repeat_action_probability=0.25"])
+    assert pqn.env_kwargs == ("episodic_life=True", "reward_clip=True", "repeat_action_probability=0.25")
+    assert (pqn.num_envs, pqn.pqn.layer_norm, pqn.pqn.q_lambda) == (128, True, 0.65)
+    dqn = parse_args(["--env", "Pong-v5", "--algo", "dqn", "--env-kwargs", "episodic_life=false"])
+    assert dqn.env_kwargs == ("episodic_life=False", "reward_clip=True")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "Pong-v5", "--normalize-observations"], "uint8 images"),
+    (["--env", "Pong-v5", "--ppo.encoder", "none"], "need an encoder"),
+    (["--env", "CartPole-v1", "--ppo.encoder", "impala"], "observes vectors"),
+    (["--env", "Pong-v5", "--algo", "dqn", "--schedule", "async"], "--schedule async"),
+    (["--env", "Pong-v5", "--calibrate"], "--calibrate"),
+])
+def test_pixel_runs_refuse_what_cannot_take_images(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_args(argv)
