@@ -82,6 +82,7 @@ class EnvSpec:
     action_high: tuple[float, ...]
     max_episode_steps: int
     obs_dtype: str = "float32"
+    frame_stack: int = 1  # observations stack this many frames along their first axis, newest last (Atari)
 
     @property
     def pixels(self) -> bool:
@@ -312,6 +313,7 @@ def spec_of(pool: Any, env_id: str) -> EnvSpec:
         action_high=high,
         max_episode_steps=int(pool.config["max_episode_steps"]),
         obs_dtype="uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32",
+        frame_stack=int(pool.config.get("stack_num", 1)) if env_family(env_id) in PIXEL_FAMILIES else 1,
     )
 
 

@@ -10,6 +10,13 @@ are read off the stream at sampling time.
 Reset steps are rows of the stream (their observation is the previous episode's final one, the
 bootstrap target of the step before) but never transitions: a sample that lands on one gets
 weight 0, and losses are weighted means. Their share is one step per episode.
+
+Stacked frames (Atari's `[stack x channels, H, W]` observations, `frame_stack` > 1) are stored
+once: a row keeps only its newest frame and a `fresh` flag, and a sample rebuilds its stack from
+the rows before it. EnvPool's stack of step t is the newest frames of steps t-S+1..t, across a
+life-loss reset too (the stack carries on); a new game fills every slot with its first frame.
+`fresh` marks a row whose older slots all equal its newest frame, so the rebuild repeats that
+frame into the slots before it: exact for a new game and for any stack that happens to be flat.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class Row(NamedTuple):
     terminated: jax.Array  # bool
     truncated: jax.Array  # bool
     valid: jax.Array  # bool: False on EnvPool's reset steps
+    fresh: jax.Array | None = None  # stored frames only, bool: the stack is this frame repeated (a new game)
 
 
 class ReplayState(NamedTuple):
@@ -51,6 +59,7 @@ class Batch(NamedTuple):
     reward: jax.Array  # sum_k gamma^k r_{t+k} over the (possibly shortened) n steps
     discount: jax.Array  # gamma^m (1 - terminated): multiplies the bootstrap value
     next_obs: jax.Array  # the observation m steps later (a truncated episode's final one)
+    # obs and next_obs keep the stored dtype: uint8 frames are scaled by the network's encoder
     weight: jax.Array  # 1 for transitions, 0 where the sample landed on a reset step
 
 
@@ -60,12 +69,13 @@ def capacity_rows(buffer_size: int, num_envs: int) -> int:
 
 
 def replay_nbytes(buffer_size: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: Any,
-                  action_shape: tuple[int, ...], action_dtype: Any) -> int:
-    """Bytes the buffer will take, computed before anything is allocated."""
+                  action_shape: tuple[int, ...], action_dtype: Any, frame_stack: int = 1) -> int:
+    """Bytes the buffer will take, computed before anything is allocated (stacked frames: one
+    frame and a flag per step)."""
     per_step = (
-        int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
+        int(np.prod(obs_shape)) // frame_stack * np.dtype(obs_dtype).itemsize
         + int(np.prod(action_shape)) * np.dtype(action_dtype).itemsize
-        + 4 + 3  # reward, three flags
+        + 4 + 3 + (frame_stack > 1)  # reward, three flags (four with `fresh`)
     )
     return capacity_rows(buffer_size, num_envs) * num_envs * per_step
 
@@ -86,20 +96,41 @@ def check_fits(nbytes: int, device: jax.Device, what: str = "--buffer-size") -> 
         )
 
 
-def init_replay(rows: int, example: Row, obs_dtype: Any = None) -> ReplayState:
-    """An empty buffer of `rows` rows shaped like `example` (one row, `[num_envs, ...]`).
-
-    `obs_dtype` overrides how observations are stored: uint8 for pixels keeps them 4x smaller.
-    """
-    if obs_dtype is not None:
-        example = example._replace(obs=jax.ShapeDtypeStruct(example.obs.shape, obs_dtype))
+def init_replay(rows: int, example: Row, frame_stack: int = 1) -> ReplayState:
+    """An empty buffer of `rows` rows shaped like `example` (one row, `[num_envs, ...]`), storing
+    one frame per row when observations are stacks of `frame_stack` frames."""
+    if frame_stack > 1:
+        num_envs, stacked, *frame = example.obs.shape
+        if stacked % frame_stack:
+            raise ReplayError(f"observations {example.obs.shape[1:]} are not stacks of {frame_stack} frames")
+        example = example._replace(obs=jax.ShapeDtypeStruct((num_envs, stacked // frame_stack, *frame), example.obs.dtype),
+                                   fresh=jax.ShapeDtypeStruct((num_envs,), jnp.bool_))
     storage = jax.tree.map(lambda x: jnp.zeros((rows, *x.shape), x.dtype), example)
     return ReplayState(storage, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+
+def empty_like(state: ReplayState, rows: int, num_envs: int) -> ReplayState:
+    """An empty buffer stored as `state` is, with `rows` rows of `num_envs` streams."""
+    storage = jax.tree.map(lambda x: jnp.zeros((rows, num_envs, *x.shape[2:]), x.dtype), state.rows)
+    return ReplayState(storage, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+
+def stored_row(storage: Row, row: Row) -> Row:
+    """`row` as the buffer keeps it: with stored frames, the newest frame of each stack and
+    whether the stack is that frame repeated."""
+    if storage.fresh is None:
+        return row
+    channels = storage.obs.shape[2]
+    frames = row.obs.reshape((row.obs.shape[0], -1, channels, *row.obs.shape[2:]))  # [envs, S, c, H, W]
+    newest = frames[:, -1]
+    fresh = jnp.all(frames == newest[:, None], axis=tuple(range(1, frames.ndim)))
+    return row._replace(obs=newest, fresh=fresh)
 
 
 def add_rows(state: ReplayState, row: Row) -> ReplayState:
     """Write one row at the head (overwriting the oldest once full)."""
     rows = state.rows.obs.shape[0]
+    row = stored_row(state.rows, row)
     storage = jax.tree.map(
         lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), state.head, 0), state.rows, row
     )
@@ -134,19 +165,38 @@ def join_columns(parts: list[ReplayState]) -> ReplayState:
     return parts[0]._replace(rows=jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[part.rows for part in parts]))
 
 
-def num_sampleable(state: ReplayState, n_step: int) -> jax.Array:
-    """Rows whose n following rows are written too (their bootstrap observation exists)."""
+def num_sampleable(state: ReplayState, n_step: int, frame_stack: int = 1) -> jax.Array:
+    """Rows whose n following rows are written too (their bootstrap observation exists), and with
+    stored frames, whose frame_stack - 1 rows before are still held (their stack can be rebuilt)."""
     filled = jnp.minimum(state.count, state.rows.obs.shape[0])
-    return jnp.maximum(filled - n_step, 0)
+    return jnp.maximum(filled - n_step - (frame_stack - 1), 0)
+
+
+def observations_at(state: ReplayState, row: jax.Array, env: jax.Array, frame_stack: int = 1) -> jax.Array:
+    """The observations of ring rows `row` of streams `env` (both `[batch]`), stacks rebuilt from
+    stored frames: slot k back is row `row - k`, unless a fresh row lies between, whose frame
+    fills the slots before it."""
+    obs = state.rows.obs
+    if state.rows.fresh is None:
+        return obs[row, env]
+    rows = obs.shape[0]
+    source, blocked = row, state.rows.fresh[row, env]
+    frames = [obs[row, env]]
+    for back in range(1, frame_stack):  # the stack is small and static: unrolled
+        source = jnp.where(blocked, source, (row - back) % rows)
+        frames.append(obs[source, env])
+        blocked = blocked | state.rows.fresh[source, env]
+    return jnp.concatenate(frames[::-1], axis=1)  # oldest first, as EnvPool stacks them
 
 
 def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: int, gamma: float,
-                 envs: tuple[Any, int] | None = None) -> Batch:
-    """Uniform n-step transitions. Requires `num_sampleable(state, n_step) > 0`.
+                 envs: tuple[Any, int] | None = None, frame_stack: int = 1) -> Batch:
+    """Uniform n-step transitions. Requires `num_sampleable(state, n_step, frame_stack) > 0`.
 
     `envs = (first, count)` samples the streams `first .. first + count - 1` only (an agent's own
     envs in a buffer its --num-seeds siblings share), drawing the numbers a buffer of `count`
-    streams would.
+    streams would. Stored frames are rebuilt into stacks of `frame_stack` (start rows leave the
+    oldest frame_stack - 1 rows as history).
 
     For a start row t the return runs over steps t..t+m-1, m <= n, stopping after the first
     step that ends the episode:
@@ -158,7 +208,8 @@ def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: in
     filled = jnp.minimum(state.count, rows)
     oldest = (state.head - filled) % rows
     time_key, env_key = jax.random.split(key)
-    offset = jax.random.randint(time_key, (batch_size,), 0, jnp.maximum(filled - n_step, 1))
+    history = frame_stack - 1
+    offset = jax.random.randint(time_key, (batch_size,), history, jnp.maximum(filled - n_step, history + 1))
     env = jax.random.randint(env_key, (batch_size,), 0, num_envs if envs is None else envs[1])
     if envs is not None:
         env = env + envs[0]
@@ -176,17 +227,18 @@ def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: in
         ended = at(state.rows.terminated, k) | at(state.rows.truncated, k)
         terminal = jnp.where(alive, at(state.rows.terminated, k), terminal)
         alive = alive & ~ended
-    as_float = lambda x: x.astype(jnp.float32)  # noqa: E731  (uint8 pixels are stored, floats are learned)
+    start = (oldest + offset) % rows
     batch = Batch(
-        obs=as_float(at(state.rows.obs, 0)),
+        obs=observations_at(state, start, env, frame_stack),
         action=at(state.rows.action, 0),
         reward=reward,
         discount=discount * (1.0 - terminal.astype(jnp.float32)),
-        next_obs=as_float(state.rows.obs[(oldest + offset + steps) % rows, env]),
+        next_obs=observations_at(state, (start + steps) % rows, env, frame_stack),
         weight=at(state.rows.valid, 0).astype(jnp.float32),
     )
     # what every update may rely on (checked at trace time)
     chex.assert_equal_shape([batch.obs, batch.next_obs])
     chex.assert_shape([batch.reward, batch.discount, batch.weight], (batch_size,))
-    chex.assert_type([batch.obs, batch.reward, batch.discount, batch.weight], jnp.float32)
+    chex.assert_type([batch.reward, batch.discount, batch.weight], jnp.float32)
+    chex.assert_type(batch.next_obs, state.rows.obs.dtype)
     return batch

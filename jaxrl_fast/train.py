@@ -246,7 +246,7 @@ def check_devices(config: TrainConfig) -> None:
     spec = probe_spec(config.env, parse_env_kwargs(config.env_kwargs))
     hyper = algo_config(config)
     nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, spec.obs_dtype,
-                                              spec.action_shape, "int32" if spec.discrete else "float32")
+                                              spec.action_shape, "int32" if spec.discrete else "float32", spec.frame_stack)
     try:
         check_fits(nbytes, placement.critic[0], f"--{config.algo}.buffer-size")
     except ReplayError as error:

@@ -11,6 +11,7 @@ from jaxrl_fast.replay import (
     check_fits,
     init_replay,
     num_sampleable,
+    observations_at,
     replay_nbytes,
     sample_batch,
 )
@@ -84,18 +85,80 @@ def test_n_step_returns_stop_at_episode_ends():
         assert d == pytest.approx(0.0 if end == 4 else 0.5**m)
 
 
-def test_uint8_pixel_storage_and_float_batches():
-    ex = Row(jax.ShapeDtypeStruct((B, 4, 4), jnp.float32), *example()[1:])
-    state = init_replay(8, ex, obs_dtype=jnp.uint8)
-    assert state.rows.obs.dtype == jnp.uint8
-    row = jax.tree.map(lambda x: x[0], stream(1))._replace(obs=np.full((B, 4, 4), 200.0, np.float32))
+def test_uint8_frames_stay_uint8_in_batches():
+    ex = Row(jax.ShapeDtypeStruct((B, 4, 4), jnp.uint8), *example()[1:])
+    state = init_replay(8, ex)
+    row = jax.tree.map(lambda x: x[0], stream(1))._replace(obs=np.full((B, 4, 4), 200, np.uint8))
     state = add_rows(add_rows(state, row), row)
     batch = sample_batch(state, jax.random.key(0), 8, 1, 0.99)
-    assert batch.obs.dtype == jnp.float32 and float(batch.obs.max()) == 200.0
+    assert batch.obs.dtype == batch.next_obs.dtype == jnp.uint8 and int(batch.obs.max()) == 200
+
+
+def atari_stream(steps: int, num_envs: int = 2):
+    """Rows as the engine writes them from EnvPool's Breakout (small frames, episodic life, a short
+    time limit), random actions; and which rows begin a new game and which a new life only."""
+    import envpool
+
+    pool = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=num_envs, seed=3, episodic_life=True,
+                        max_episode_steps=150, img_height=12, img_width=10)
+    rng = np.random.default_rng(0)
+    obs, _ = pool.reset()
+    rows, new_game, new_life = [], [], []
+    ended, game_over = np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+    for _ in range(steps):
+        action = rng.integers(0, pool.action_space.n, num_envs).astype(np.int32)
+        nxt, reward, term, trunc, info = pool.step(action)
+        new_game.append(ended & game_over)
+        new_life.append(ended & ~game_over)
+        rows.append(Row(obs, action, reward.astype(np.float32), term, trunc, ~ended))
+        obs, ended = nxt, term | trunc
+        game_over = info["terminated"].astype(bool) | trunc
+    pool.close()
+    return rows, np.array(new_game), np.array(new_life)
+
+
+def test_stored_frames_rebuild_envpool_stacks_across_life_losses_new_games_and_wraparound():
+    """Each row keeps one 12x10 frame, and every held row's stack rebuilds to EnvPool's own stacked
+    observation: after life-loss resets (the stack carries on across them), after new games (every
+    slot is the first frame) and after the ring has wrapped."""
+    rows, new_game, new_life = atari_stream(700)
+    assert new_game[1:].any() and new_life[1:].any()  # both kinds of reset are in the stream
+    capacity, stack = 96, 4
+    example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), rows[0])
+    state = init_replay(capacity, example, frame_stack=stack)
+    assert state.rows.obs.shape == (capacity, B, 1, 12, 10) and state.rows.obs.dtype == jnp.uint8
+    add, rebuild = jax.jit(add_rows), jax.jit(observations_at, static_argnums=3)
+    checked_resets = 0
+    for t, row in enumerate(rows):
+        state = add(state, row)
+        if (t + 1) % 50:
+            continue
+        held = list(range(max(0, t + 1 - capacity + stack - 1), t + 1))  # rows whose history is still held
+        index = np.repeat(np.array(held) % capacity, B)
+        env = np.tile(np.arange(B), len(held))
+        want = np.stack([rows[u].obs[e] for u in held for e in range(B)])
+        np.testing.assert_array_equal(np.asarray(rebuild(state, index, env, stack)), want)
+        checked_resets += int(new_game[held].sum() + new_life[held].sum())
+    assert checked_resets > 10
+    assert 0 < int(num_sampleable(state, 1, stack)) == capacity - 1 - (stack - 1)
+
+
+def test_sampled_stacks_are_envpool_stacks():
+    rows, _, _ = atari_stream(200)
+    example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), rows[0])
+    state = add_many(init_replay(256, example, frame_stack=4), jax.tree.map(lambda *xs: np.stack(xs), *rows))
+    stacks = {np.asarray(row.obs[e]).tobytes() for row in rows for e in range(B)}
+    batch = jax.jit(sample_batch, static_argnums=(2, 3, 4, 5, 6))(state, jax.random.key(1), 64, 3, 0.99, None, 4)
+    assert batch.obs.shape == (64, 4, 12, 10) and batch.obs.dtype == jnp.uint8
+    assert all(np.asarray(o).tobytes() in stacks for o in [*batch.obs, *batch.next_obs])
 
 
 def test_memory_is_estimated_and_an_oversized_buffer_is_refused():
     nbytes = replay_nbytes(1_000_000, 8, (17,), np.float32, (6,), np.float32)
     assert nbytes == 125_000 * 8 * (17 * 4 + 6 * 4 + 7)
+    # Atari's stacks of 4 84x84 frames are stored one frame per step: about 4x less
+    stacked = replay_nbytes(1_000_000, 8, (4, 84, 84), np.uint8, (), np.int32)
+    frames = replay_nbytes(1_000_000, 8, (4, 84, 84), np.uint8, (), np.int32, frame_stack=4)
+    assert frames == 1_000_000 * (84 * 84 + 4 + 4 + 4) and 3.9 < stacked / frames < 4
     with pytest.raises(ReplayError, match="GiB"):
         check_fits(replay_nbytes(10**12, 1, (84, 84, 4), np.uint8, (), np.int32), jax.devices()[0])

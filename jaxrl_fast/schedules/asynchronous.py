@@ -40,7 +40,7 @@ from jaxrl_fast.acting import EvalPayload, eval_payload, init_env_carry
 from jaxrl_fast.env import add_stats, init_episode_stats, make_xla_env
 from jaxrl_fast.placement import describe, transfer
 from jaxrl_fast.plan import run_off_policy_plan
-from jaxrl_fast.replay import Row, add_many, init_replay
+from jaxrl_fast.replay import Row, add_many, empty_like
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
 from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
 from jaxrl_fast.schedules.offpolicy import checkpointed_fields, make_pieces
@@ -243,9 +243,8 @@ class AsyncSchedule(ScheduleBase):
         with jax.default_device(self.device):
             state = jax.jit(self.pieces.init)(key, env.handle, env.reset())
         streams = self.chunk // self.plan.rollout_length * self.num_actors
-        example = jax.tree.map(lambda x: jax.ShapeDtypeStruct((streams, *x.shape[2:]), x.dtype), state.replay.rows)
         rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
-        self.state = jax.device_put(state._replace(replay=init_replay(rows, example)), self.device)
+        self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)
         warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
         if restored is not None:
             self.state = self.state._replace(**restored.into(self.snapshot().state))

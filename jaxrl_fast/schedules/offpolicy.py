@@ -124,7 +124,8 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
         rows = jax.eval_shape(lambda: pooled(rows_of(collect(env_carry, per_agent(algo.random_act), loop_key)[1])))
         example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows)
         zero = jnp.zeros((), jnp.int32)
-        return OffPolicyState(actor, critic, init_replay(plan.replay_rows, example), env_carry, loop_key, zero, zero)
+        replay = init_replay(plan.replay_rows, example, env.spec.frame_stack)
+        return OffPolicyState(actor, critic, replay, env_carry, loop_key, zero, zero)
 
     def act_rows(env_carry: EnvCarry, params: Any, key: jax.Array, env_step: jax.Array, random: bool):
         if random:
@@ -138,7 +139,7 @@ def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan
     def critic_step(critic: Any, replay: ReplayState, actor_exchange: Any, key: jax.Array, agent: Any = None):
         sample_key, critic_key, _ = jax.random.split(key, 3)
         envs = None if agent is None else (agent * agent_envs, agent_envs)
-        batch = sample_batch(replay, sample_key, plan.batch_size, plan.n_step, plan.gamma, envs)
+        batch = sample_batch(replay, sample_key, plan.batch_size, plan.n_step, plan.gamma, envs, env.spec.frame_stack)
         if batch_sharding is not None:  # data parallelism over the role's devices
             batch = lax.with_sharding_constraint(batch, batch_sharding)
         critic, metrics = algo.update_critic(critic, actor_exchange, batch, critic_key)
