@@ -6,6 +6,9 @@ next request comes, the waiting request is replaced (and counted as skipped), so
 evaluation never stalls training. An evaluation that raises is logged and counted; training
 goes on. `close()` stops the thread and joins it within a timeout.
 
+Episodes are acted deterministically, or epsilon-greedy with `--eval-epsilon` (Atari's presets:
+0.05), from a random stream seeded by the evaluation's seed and step.
+
 With a `VideoPlan`, some evaluations also film their first episode (env 0 of the evaluation
 pool: a deterministic evaluation episode, acted by the evaluated policy) into RUN_DIR/videos/.
 Rendering and encoding happen here, in the evaluation's thread; a failure of either is logged
@@ -15,6 +18,7 @@ and counted, and the evaluation goes on without its video.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -86,6 +90,23 @@ def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_step
     return returns, lengths
 
 
+def epsilon_greedy(policy: Callable[[np.ndarray], np.ndarray], epsilon: float,
+                   random_actions: Callable[[np.random.Generator, int], np.ndarray],
+                   rng: np.random.Generator) -> Callable[[np.ndarray], np.ndarray]:
+    """`policy` with each env's action replaced, with probability `epsilon`, by a uniform random one.
+
+    Draws the same numbers every step whatever they decide, so an evaluation's random stream
+    depends on its seed only."""
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        action = np.asarray(policy(obs))
+        n = action.shape[0]
+        explore, random = rng.random(n) < epsilon, random_actions(rng, n)
+        return np.where(explore.reshape((n,) + (1,) * (action.ndim - 1)), random, action).astype(action.dtype)
+
+    return act
+
+
 def host_zeros_like(tree: Any) -> Any:
     """Zeros of each leaf's shape and dtype, on the host's first CPU device: what the evaluator
     receives from the training program's `io_callback` (committed there: a host numpy array would
@@ -109,6 +130,8 @@ class Evaluator:
       max_episode_steps: bound on an evaluation's length.
       video: which evaluations to film (None: none); the pool is then made renderable.
       options: EnvPool options of the evaluation pool (`env.evaluation_options` of the training ones).
+      epsilon, random_actions: with epsilon > 0, each step's action is `random_actions(rng, n)`'s
+        with that probability (`epsilon_greedy`), from a generator seeded by (seed, step).
     """
 
     def __init__(
@@ -121,7 +144,11 @@ class Evaluator:
         max_episode_steps: int,
         video: VideoPlan | None = None,
         options: dict[str, Any] | None = None,
+        epsilon: float = 0.0,
+        random_actions: Callable[[np.random.Generator, int], np.ndarray] | None = None,
     ):
+        if epsilon > 0 and random_actions is None:
+            raise ValueError("an evaluation epsilon needs the env's random actions")
         options = options or {}
         if video is None:
             self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed, **options)
@@ -132,6 +159,7 @@ class Evaluator:
         self._policy = policy
         self._on_result = on_result
         self._max_steps = max_episode_steps
+        self._seed, self._epsilon, self._random_actions = seed, epsilon, random_actions
         self._lock = threading.Lock()
         self._pool_lock = threading.Lock()  # the thread and a final `evaluate` share the pool
         self._wake = threading.Condition(self._lock)
@@ -211,7 +239,7 @@ class Evaluator:
             if self._video is not None and (final or self._video.records(index, step)):
                 recorder = EpisodeRecorder(self._pool, video_path(self._video.run_dir, step))
             try:
-                returns, lengths = run_episodes(self._pool, lambda obs: self._policy(payload, obs), self._max_steps,
+                returns, lengths = run_episodes(self._pool, self._acting(payload, step), self._max_steps,
                                                 on_frame=recorder.capture if recorder else None)
             except BaseException:
                 if recorder is not None:
@@ -220,6 +248,13 @@ class Evaluator:
             if recorder is not None:
                 self._keep_video(recorder)
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
+
+    def _acting(self, payload: Any, step: int) -> Callable[[np.ndarray], np.ndarray]:
+        """What acts in the evaluation at `step`: the policy, epsilon-greedy when asked."""
+        policy = functools.partial(self._policy, payload)
+        if self._epsilon == 0:
+            return policy
+        return epsilon_greedy(policy, self._epsilon, self._random_actions, np.random.default_rng([self._seed, step]))
 
     def _keep_video(self, recorder: EpisodeRecorder) -> None:
         path = recorder.finish()

@@ -59,6 +59,7 @@ def validate(config: TrainConfig) -> None:
     need(config.num_threads >= 0, f"--num-threads must be 0 (auto) or positive, got {config.num_threads}")
     need(config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}")
     need(config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}")
+    need(0.0 <= config.eval_epsilon < 1.0, f"--eval-epsilon must be in [0, 1), got {config.eval_epsilon}")
     need(config.video_interval >= 0, f"--video-interval must be 0 (no videos) or positive, got {config.video_interval}")
     need(config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}")
     need(config.dispatch_steps >= 0, f"--dispatch-steps must be 0 (auto) or positive, got {config.dispatch_steps}")

@@ -34,7 +34,8 @@ from jaxrl_fast.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveE
                                    agent_state, check_finite, latest_step, seed_run_dir, write_policy_info)
 from jaxrl_fast.config import TrainConfig, family, run_dict
 from jaxrl_fast.curves import CURVE_FILE, LearningCurve
-from jaxrl_fast.env import EnvSpec, XlaEnv, agent_env_seeds, evaluation_options, make_xla_env, parse_env_kwargs
+from jaxrl_fast.env import (EnvSpec, XlaEnv, agent_env_seeds, evaluation_options, make_xla_env, parse_env_kwargs,
+                            random_actions_np)
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 read_metrics, truncate_metrics, write_json)
@@ -316,7 +317,7 @@ def build(config: TrainConfig, resume: bool) -> Run:
             config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
             lambda payload, obs: np.asarray(policy(payload, obs)), report.evaluation, spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
-            evaluation_options(pool_options),
+            evaluation_options(pool_options), config.eval_epsilon, functools.partial(random_actions_np, spec),
         )
         seeds.append(SeedRun(*seed, report, evaluator))
 

@@ -5,13 +5,33 @@ import threading
 import numpy as np
 
 from jaxrl_fast import evaluation
-from jaxrl_fast.evaluation import Evaluator
+from jaxrl_fast.env import probe_spec, random_actions_np
+from jaxrl_fast.evaluation import Evaluator, epsilon_greedy
 from jaxrl_fast.presets import resolve_defaults
 from jaxrl_fast.trainer import train
 
 
 def constant_policy(payload, obs):
     return np.zeros(obs.shape[0], np.int32)
+
+
+def test_epsilon_greedy_replaces_actions_with_probability_epsilon():
+    breakout, pendulum = probe_spec("Breakout-v5"), probe_spec("Pendulum-v1")
+    obs = np.zeros((20_000, 1), np.float32)
+
+    def act(spec, seed, epsilon=0.2):
+        policy = lambda o: np.zeros((o.shape[0], *spec.action_shape), np.int32 if spec.discrete else np.float32)  # noqa: E731
+        return epsilon_greedy(policy, epsilon, lambda rng, n: random_actions_np(spec, rng, n), np.random.default_rng(seed))(obs)
+
+    actions = act(breakout, 0)
+    assert actions.dtype == np.int32 and set(np.unique(actions)) == {0, 1, 2, 3}
+    assert abs((actions != 0).mean() - 0.2 * 3 / 4) < 0.01  # a random action is the policy's 1 time in 4
+    np.testing.assert_array_equal(actions, act(breakout, 0))  # the stream is the seed's
+    assert (actions != act(breakout, 1)).any()
+    assert not act(breakout, 0, epsilon=0.0).any()
+    actions = act(pendulum, 0)
+    assert actions.shape == (20_000, 1) and actions.dtype == np.float32 and (np.abs(actions) <= 2.0).all()
+    assert abs((actions != 0).mean() - 0.2) < 0.01
 
 
 def test_evaluator_runs_one_episode_per_env_and_reports():
