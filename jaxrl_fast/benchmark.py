@@ -35,9 +35,6 @@ class BenchmarkError(ValueError):
 
 def select(suite: str, algos: Sequence[str] | None, envs: Sequence[str] | None) -> list[Task]:
     """The suite's tasks, narrowed to `algos` and `envs`; names outside the suite are refused."""
-    if suite == "atari":
-        raise BenchmarkError("--suite atari: Atari's pixel observations need the CNN encoders this version does not have "
-                             "yet (it trains MLPs on vector observations); choose from " + ", ".join(SUITES))
     if suite not in SUITES:
         raise BenchmarkError(f"--suite: unknown suite {suite!r}; choose from {', '.join(SUITES)}")
     tasks = SUITES[suite]

@@ -11,6 +11,10 @@ says 6000 where Gymnasium says 3800), -200 for Pendulum-v1, and none for Walker2
 Some zoo agents were trained with settings its hyperparameter files no longer hold (TD3 on
 Pendulum, LunarLanderContinuous and BipedalWalker; PPO on BipedalWalker), so a row is a published
 outcome, not a recipe.
+
+The Atari suite's references are CleanRL's EnvPool agents on the same v5 ids at 10M agent steps
+(40M frames): `ppo_atari_envpool_xla_jax` (its docs' table) and its PQN; their thresholds are the
+scores the Atari literature calls solved for Pong (20) and strong for Breakout (400).
 """
 
 from __future__ import annotations
@@ -50,8 +54,15 @@ THRESHOLDS = {
     "CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -110.0, "MountainCarContinuous-v0": 90.0,
     "Pendulum-v1": -200.0, "LunarLander-v2": 200.0, "LunarLanderContinuous-v2": 200.0, "BipedalWalker-v3": 300.0,
     "HalfCheetah-v4": 4800.0, "Hopper-v4": 3800.0, "Walker2d-v4": None, "Ant-v4": 6000.0, "Humanoid-v4": None,
-    "Swimmer-v4": 360.0,
+    "Swimmer-v4": 360.0, "Pong-v5": 20.0, "Breakout-v5": 400.0,
 }
+
+CLEANRL = "CleanRL docs, ppo_atari_envpool_xla_jax and pqn_atari_envpool, Atari v5, 10M agent steps"
+
+
+def cleanrl(algo: str, env: str, value: float) -> Task:
+    return Task(env, algo, 10_000_000, Reference(value, None, 10_000_000, f"{CLEANRL}: {algo} {env}", "CleanRL"),
+                THRESHOLDS[env])
 
 
 def _zoo_rows(rows: list[tuple[str, str, float, float, int]], v3: bool = False) -> list[Task]:
@@ -103,4 +114,10 @@ SUITES: dict[str, list[Task]] = {
         ("td3", "Swimmer-v4", 359.127, 1.244, 1_000_000),
         ("ppo", "Swimmer-v4", 281.561, 9.671, 1_000_000),
     ], v3=True),
+    "atari": [
+        cleanrl("ppo", "Pong-v5", 20.8),
+        cleanrl("ppo", "Breakout-v5", 421.0),
+        cleanrl("pqn", "Pong-v5", 20.5),
+        cleanrl("pqn", "Breakout-v5", 385.0),
+    ],
 }
