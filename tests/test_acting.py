@@ -61,7 +61,8 @@ def test_rollout_episodes_match_stepwise_tracking(seed):
     assert game_over.any() and (terminated & ~game_over).any() and (~valid).any()
 
     want_state, want, want_valid = stepwise(state, score, terminated, truncated, game_over)
-    got_state, got = jax.jit(track_rollout_episodes)(state, score, game_over, valid, want_state.reset_step)
+    last_reset_step = valid[-1] & (terminated[-1] | truncated[-1])  # the step after the rollout resets these envs
+    got_state, got = jax.jit(track_rollout_episodes)(state, score, game_over, valid, last_reset_step)
 
     assert int(got.count) == int(want.count) > 0
     assert int(got.length_sum) == int(want.length_sum)

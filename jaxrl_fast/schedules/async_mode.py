@@ -63,7 +63,7 @@ class StreamStager:
     def _grow(self, capacity: int) -> None:
         extra = capacity - self.version.shape[0]
         pad = lambda x: np.concatenate([x, np.zeros((extra, *x.shape[1:]), x.dtype)])  # noqa: E731
-        self.rows = Row(*(pad(x) for x in self.rows))
+        self.rows = jax.tree.map(pad, self.rows)  # Row's frame-stack field is None here: no leaf
         self.version = pad(self.version)
 
     def record(self, steps: HostSteps) -> None:
@@ -99,10 +99,10 @@ class StreamStager:
     def take(self) -> StagedChunk:
         """The oldest `T` rows of every stream (call when `ready()`); later rows move up."""
         T = self.length
-        rows = Row(*(x[:T].copy() for x in self.rows))
+        rows = jax.tree.map(lambda x: x[:T].copy(), self.rows)
         versions = self.version[:T]
         version = int(versions[versions >= 0].min()) if (versions >= 0).any() else -1
-        for x in (*self.rows, self.version):
+        for x in (*jax.tree.leaves(self.rows), self.version):
             x[:-T] = x[T:].copy()
         self.filled -= T
         return StagedChunk(rows, version, self.episodes.take())
@@ -116,8 +116,8 @@ class AsyncModeActor:
     """
 
     def __init__(self, algo: Any, spec: Any, num_envs: int, batch_size: int, num_threads: int, seed: int,
-                 chunk_length: int, device: jax.Device):
-        self.pool = make_pool(spec.env_id, num_envs, num_threads, seed, batch_size=batch_size)
+                 chunk_length: int, device: jax.Device, options: dict[str, Any] | None = None):
+        self.pool = make_pool(spec.env_id, num_envs, num_threads, seed, batch_size=batch_size, **(options or {}))
         self.max_steps, self.device = spec.max_episode_steps, device
 
         def act(params, obs, key, cycle, env_step, random: bool):

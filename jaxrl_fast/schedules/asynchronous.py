@@ -183,7 +183,8 @@ class AsyncSchedule(ScheduleBase):
         self.clock = PhaseClock()  # env, inference (async mode), transfer, update
         if self.async_mode:  # EnvPool's async mode: each actor stages per-env streams on the host
             self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, config.env_batch_size, threads,
-                                          self.seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, ctx.placement.host)
+                                          self.seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, ctx.placement.host,
+                                          env.options)
                            for i in range(self.num_actors)]
         else:  # the whole chunk is one jitted program around EnvPool's XLA step
             self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads,
