@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 from pathlib import Path
 
 import jax
@@ -98,7 +99,8 @@ def main() -> None:
         print(f"| {r['env']} | {r['algo']} | {r['num_envs']} | {r['num_threads']} | {r['envpool_alone_sps']:,.0f} | "
               f"{r['training_sps']:,.0f} | {r['efficiency']:.2f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "command": "python experiments/bench_atari.py", "rows": rows},
+    command = " ".join(["python experiments/bench_atari.py", *sys.argv[1:]])
+    args.out.write_text(json.dumps({"machine": machine, "command": command, "rows": rows},
                                    indent=2))
 
 

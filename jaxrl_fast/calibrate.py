@@ -66,7 +66,7 @@ from jaxrl_fast.data import Rollout, Transition
 from jaxrl_fast.env import EnvSpec, XlaEnv, make_pool, make_xla_env, random_actions_np
 from jaxrl_fast.placement import Placement, describe, describe_devices, resolve
 from jaxrl_fast.plan import dispatch_steps, off_policy_plan
-from jaxrl_fast.replay import init_replay
+from jaxrl_fast.replay import empty_like
 from jaxrl_fast.schedules.async_mode import AsyncModeActor
 from jaxrl_fast.schedules.offpolicy import make_pieces
 from jaxrl_fast.schedules.timing import PhaseClock
@@ -438,8 +438,8 @@ def measure_off_policy_update(setup: Setup, batch_size: int, device: jax.Device)
     pieces = make_pieces(setup.algo, setup.probe, setup.options, plan)
     # an empty buffer of the right shapes: sampling costs the same whatever the rows hold
     first_obs = jax.ShapeDtypeStruct((1, *setup.spec.obs_shape), jnp.float32)
-    rows = jax.eval_shape(pieces.init, jax.random.key(0), setup.probe.handle, first_obs).replay.rows
-    replay = init_replay(plan.replay_rows, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows))
+    shapes = jax.eval_shape(pieces.init, jax.random.key(0), setup.probe.handle, first_obs).replay
+    replay = empty_like(shapes, plan.replay_rows, shapes.rows.obs.shape[1])
 
     # arrays go in as arguments: closed over, they would be baked into the program as constants
     def run(roles, replay, keys):

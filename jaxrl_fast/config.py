@@ -52,11 +52,11 @@ class RunConfig:
     eval_interval: int = 10_000
     """Environment steps between evaluations (0: only the final one)."""
     eval_episodes: int = 10
-    """Deterministic episodes per evaluation."""
+    """Episodes per evaluation: deterministic, or epsilon-greedy with --eval-epsilon."""
     eval_epsilon: float = 0.0
-    """Probability that an evaluation step takes a uniformly random action instead of the policy's (Atari's presets: 0.05, the protocol of Mnih et al. 2015, so that a greedy policy that never serves cannot stall a game until its 27,000-step limit)."""
+    """Chance of a uniformly random action per evaluation step (Atari presets: 0.05, as Mnih et al. 2015)."""
     video_interval: int = 0
-    """Film one deterministic evaluation episode every N evaluations (the first, every N-th after it, and the final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Recorded by the evaluation thread; needs `pip install 'jaxrl_fast[video]'` and an env that renders (classic control, Box2D; MuJoCo with EGL). Off by default: encoding takes CPU that training shares, and MuJoCo needs system OpenGL libraries."""
+    """Film one evaluation episode every N evaluations (the first, every N-th after it, and the final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Recorded by the evaluation thread; needs `pip install 'jaxrl_fast[video]'` and an env that renders (classic control, Box2D, Atari; MuJoCo with EGL). Off by default: encoding takes CPU that training shares, and MuJoCo needs system OpenGL libraries."""
     log_interval: int = 10_000
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"

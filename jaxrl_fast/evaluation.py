@@ -101,8 +101,8 @@ def epsilon_greedy(policy: Callable[[np.ndarray], np.ndarray], epsilon: float,
     def act(obs: np.ndarray) -> np.ndarray:
         action = np.asarray(policy(obs))
         n = action.shape[0]
-        explore, random = rng.random(n) < epsilon, random_actions(rng, n)
-        return np.where(explore.reshape((n,) + (1,) * (action.ndim - 1)), random, action).astype(action.dtype)
+        explore, random_action = rng.random(n) < epsilon, random_actions(rng, n)
+        return np.where(explore.reshape((n,) + (1,) * (action.ndim - 1)), random_action, action).astype(action.dtype)
 
     return act
 

@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl_fast.env import EnvSpec
+from jaxrl_fast.env import PIXEL_FAMILIES, EnvSpec, env_family
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": jnp.tanh,
@@ -245,7 +245,7 @@ def encoded(module: nn.Module, spec: EnvSpec, net: NetworkConfig) -> nn.Module:
     name = encoder_name(spec, net)
     if name == "none":
         return module
-    channels_first = spec.obs_shape[0] < spec.obs_shape[-1]  # Atari [4, 84, 84]; CarRacing [96, 96, 3]
+    channels_first = env_family(spec.env_id) in PIXEL_FAMILIES  # Atari's [4, 84, 84] stacks; other images [H, W, C]
     encoder = {"nature": NatureCNN, "impala": ImpalaCNN}[name](channels_first, net.layer_norm)
     return Encoded(encoder, module)
 

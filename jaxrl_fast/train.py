@@ -211,15 +211,26 @@ def check_action_space(config: TrainConfig) -> None:
 
 
 def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
-    """Images need an encoder and the sync or concurrent schedule; vectors need none."""
-    encoder = algo_config(config).encoder
+    """Images need an encoder and the sync or concurrent schedule, and Atari's (the ones the encoders
+    are tested on); vectors need none."""
+    from jaxrl_fast.env import PIXEL_FAMILIES, env_family
+
+    hyper = algo_config(config)
+    encoder = hyper.encoder
     flag = f"--{config.algo}.encoder"
     if not spec.pixels:
         if encoder not in ("auto", "none"):
             raise ConfigError(f"{flag} {encoder} encodes images; {config.env} observes vectors {list(spec.obs_shape)} "
                               "(leave it out, or use none)")
         return
+    history = hyper.n_step + spec.frame_stack if config.algo in OFF_POLICY else 0  # replay rows a first sample reads per env
     refusals = [
+        (env_family(config.env) not in PIXEL_FAMILIES, f"{config.env} observes images {list(spec.obs_shape)}; this version "
+                                                        "trains on Atari's frames only (its encoders are tested on them)"),
+        (getattr(hyper, "learning_starts", history) < config.num_envs * history,
+         f"--{config.algo}.learning-starts {getattr(hyper, 'learning_starts', '')}: the first sample rebuilds "
+         f"{spec.frame_stack}-frame stacks over {history - spec.frame_stack} step(s), which needs at least {history} "
+         f"rows per env: give {config.num_envs * history} or more"),
         (encoder == "none", f"{flag} none: {config.env} observes images {list(spec.obs_shape)}, which need an encoder "
                             "(nature or impala)"),
         (config.normalize_observations, f"--normalize-observations: {config.env} observes uint8 images, which the "
