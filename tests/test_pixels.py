@@ -198,3 +198,28 @@ def test_ppo_trains_on_pixels_under_the_concurrent_schedule(tmp_path):
     assert games and all(line["train/episode_length"] > 100 for line in games)  # whole games of 5 lives, not lives
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["schedule"] == "concurrent" and summary["eval_failures"] == 0
+
+
+@pytest.mark.slow
+def test_dqn_trains_on_stored_frames_and_resumes_with_its_replay(tmp_path):
+    """DQN on Pong's 42x42 frames through the fused loop: the replay keeps one frame per step and
+    rebuilds stacks for its updates; a resumed run restores that buffer from its checkpoint and
+    goes on learning from it."""
+    from jaxrl_fast.train import main
+
+    run_dir = tmp_path / "run"
+    first = ["--env", "Pong-v5", "--algo", "dqn", "--env-kwargs", "img_height=42", "img_width=42",
+             "--total-steps", "1500", "--dqn.buffer-size", "4000", "--dqn.learning-starts", "600",
+             "--log-interval", "500", "--checkpoint-interval", "1000", "--eval-interval", "0", "--eval-episodes", "1",
+             "--run-dir", str(run_dir), "--progress", "off"]
+    assert main(first) == 0
+    assert main(["--resume", str(run_dir), "--total-steps", "2500", "--progress", "off"]) == 0
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = [line for line in lines if "train/q_loss" in line]
+    # 600 warm-up steps, then calls of 500 on one grid, the resumed run (from the final checkpoint at 1,500) on it too
+    assert [line["step"] for line in lines] == [1100, 1500, 1600, 2100, 2500]
+    assert all(np.isfinite(line["train/q_loss"]) and line["train/q_loss"] > 0 for line in lines)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2500 and summary["eval_failures"] == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env_spec"]["frame_stack"] == 4 and config["env_spec"]["obs_dtype"] == "uint8"
