@@ -55,7 +55,13 @@ def read_curve_points(metrics_path: Path) -> CurvePoints:
     )
 
 
-def draw_learning_curve(points: CurvePoints, path: Path, title: str) -> None:
+def evaluation_label(eval_epsilon: float) -> str:
+    """How the curve names its evaluation points: greedy, or epsilon-greedy (--eval-epsilon)."""
+    how = "deterministic" if eval_epsilon == 0 else f"epsilon-greedy, {eval_epsilon:g}"
+    return f"evaluation ({how}, mean ± std)"
+
+
+def draw_learning_curve(points: CurvePoints, path: Path, title: str, eval_label: str = evaluation_label(0.0)) -> None:
     """Write the curve as a PNG at `path`, atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -70,7 +76,7 @@ def draw_learning_curve(points: CurvePoints, path: Path, title: str) -> None:
         axes.fill_between(points.eval_step, points.eval_mean - points.eval_std, points.eval_mean + points.eval_std,
                           color="tab:blue", alpha=0.2, linewidth=0)
         axes.plot(points.eval_step, points.eval_mean, color="tab:blue", marker="o", markersize=3,
-                  label="evaluation (deterministic, mean ± std)")
+                  label=eval_label)
     axes.set_xlabel("environment steps")
     axes.set_ylabel("episode return")
     axes.set_title(title, fontsize=10)
@@ -92,8 +98,9 @@ class LearningCurve:
     matplotlib takes most of a CPU-second, which a short run's evaluations would otherwise share.
     `close()` draws what is still asked for."""
 
-    def __init__(self, run_dir: Path, title: str, interval_s: float = 10.0):
+    def __init__(self, run_dir: Path, title: str, interval_s: float = 10.0, eval_label: str = evaluation_label(0.0)):
         self.interval_s = interval_s
+        self._eval_label = eval_label
         self.path = Path(run_dir) / CURVE_FILE
         self._metrics = Path(run_dir) / "metrics.jsonl"
         self._title = title
@@ -132,7 +139,7 @@ class LearningCurve:
 
     def draw(self) -> None:
         try:
-            draw_learning_curve(read_curve_points(self._metrics), self.path, self._title)
+            draw_learning_curve(read_curve_points(self._metrics), self.path, self._title, self._eval_label)
         except Exception as error:  # a picture must never take the evaluation (or training) down
             self.failures += 1
             log.error("learning curve %s could not be drawn: %s: %s", self.path, type(error).__name__, error)

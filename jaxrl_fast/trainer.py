@@ -33,7 +33,7 @@ from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveError, NonFiniteError, Restored, StackedRestored,
                                    agent_state, check_finite, latest_step, seed_run_dir, write_policy_info)
 from jaxrl_fast.config import TrainConfig, family, run_dict
-from jaxrl_fast.curves import CURVE_FILE, LearningCurve
+from jaxrl_fast.curves import CURVE_FILE, LearningCurve, evaluation_label
 from jaxrl_fast.env import (EnvSpec, XlaEnv, agent_env_seeds, evaluation_options, make_xla_env, parse_env_kwargs,
                             random_actions_np)
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
@@ -103,7 +103,8 @@ class Report:
         self.sink = MetricsSink(run_dir, rebuild_tensorboard=restored is not None)
         self.show = show
         self.target = TargetWatch(config.target_return)
-        self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}")
+        self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}",
+                                   eval_label=evaluation_label(config.eval_epsilon))
         self.results: dict[int, EvalResult] = {}
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from jaxrl_fast import video
-from jaxrl_fast.curves import CURVE_FILE, LearningCurve, draw_learning_curve, read_curve_points
+from jaxrl_fast.curves import CURVE_FILE, LearningCurve, draw_learning_curve, evaluation_label, read_curve_points
 from jaxrl_fast.evaluation import Evaluator, VideoPlan
 from jaxrl_fast.train import main
 
@@ -105,6 +105,11 @@ def test_learning_curve_reads_what_was_logged_and_skips_a_line_cut_short(tmp_pat
         image.verify()
         assert image.format == "PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["metrics.jsonl", CURVE_FILE])  # the temp file renamed
+
+
+def test_the_curve_says_how_evaluations_acted():
+    assert evaluation_label(0.0) == "evaluation (deterministic, mean ± std)"
+    assert evaluation_label(0.05) == "evaluation (epsilon-greedy, 0.05, mean ± std)"  # --eval-epsilon, Atari's presets
 
 
 def test_learning_curve_redraws_on_its_own_thread_at_most_every_interval_and_at_close(tmp_path):
