@@ -223,14 +223,9 @@ def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
             raise ConfigError(f"{flag} {encoder} encodes images; {config.env} observes vectors {list(spec.obs_shape)} "
                               "(leave it out, or use none)")
         return
-    history = hyper.n_step + spec.frame_stack if config.algo in OFF_POLICY else 0  # replay rows a first sample reads per env
     refusals = [
         (env_family(config.env) not in PIXEL_FAMILIES, f"{config.env} observes images {list(spec.obs_shape)}; this version "
                                                         "trains on Atari's frames only (its encoders are tested on them)"),
-        (getattr(hyper, "learning_starts", history) < config.num_envs * history,
-         f"--{config.algo}.learning-starts {getattr(hyper, 'learning_starts', '')}: the first sample rebuilds "
-         f"{spec.frame_stack}-frame stacks over {history - spec.frame_stack} step(s), which needs at least {history} "
-         f"rows per env: give {config.num_envs * history} or more"),
         (encoder == "none", f"{flag} none: {config.env} observes images {list(spec.obs_shape)}, which need an encoder "
                             "(nature or impala)"),
         (config.normalize_observations, f"--normalize-observations: {config.env} observes uint8 images, which the "
@@ -243,6 +238,13 @@ def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
     for refused, message in refusals:
         if refused:
             raise ConfigError(message)
+    if config.algo not in OFF_POLICY:
+        return
+    rows = hyper.n_step + spec.frame_stack  # replay rows per env that a first sample reads
+    if hyper.learning_starts < config.num_envs * rows:
+        raise ConfigError(f"--{config.algo}.learning-starts {hyper.learning_starts}: the first sample rebuilds "
+                          f"{spec.frame_stack}-frame stacks over {hyper.n_step} step(s), which needs at least {rows} "
+                          f"rows per env: give {config.num_envs * rows} or more")
 
 
 def check_devices(config: TrainConfig) -> None:
