@@ -31,6 +31,7 @@ class EnvOptions(NamedTuple):
     normalize_observations: bool
     scale_rewards: bool
     gamma: float  # discount of the return whose std scales rewards
+    axis_name: str | None = None  # data parallelism: the shard_map axis the envs are split over (statistics span it)
 
 
 def env_options(config: Any) -> EnvOptions:
@@ -71,7 +72,7 @@ def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax
     def own(obs: jax.Array) -> EnvCarry:
         moments = init_moments(env.spec.obs_shape)
         if options.normalize_observations:
-            moments = update_moments(moments, obs)
+            moments = update_moments(moments, obs, axis_name=options.axis_name)
         return EnvCarry(None, obs, init_episode_state(obs.shape[0]), moments, init_reward_scale(obs.shape[0]))
 
     obs = jnp.asarray(first_obs, env.spec.obs_dtype)
@@ -155,10 +156,10 @@ def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int 
         done = step.terminated | step.truncated
         reward, reward_scale = step.reward, carry.reward_scale
         if options.scale_rewards:
-            reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma)
+            reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma, options.axis_name)
         moments = carry.obs_moments
         if options.normalize_observations:
-            moments = update_moments(moments, step.obs)
+            moments = update_moments(moments, step.obs, axis_name=options.axis_name)
         transition = Transition(obs, act.action, reward, step.terminated, step.truncated, valid, act.extras)
         episodes = carry.episodes._replace(reset_step=valid & done)
         return EnvCarry(None, step.obs, episodes, moments, reward_scale), (transition, Score(step.score, step.game_over))

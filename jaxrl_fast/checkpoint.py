@@ -313,8 +313,10 @@ def saved_steps(run_dir: Path) -> list[int]:
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
     if not directory.is_dir():
         return []
-    with open_read_only(directory) as manager:
-        return sorted(manager.all_steps())
+    # orbax writes a step into a temporary directory and renames it to the bare step when complete;
+    # listing the names needs no orbax manager, which would start JAX's backend (before a
+    # distributed run's processes have joined, that would leave each of them alone)
+    return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit() and path.is_dir())
 
 
 def latest_step(run_dir: Path) -> int | None:

@@ -32,7 +32,7 @@ class RunConfig:
     total_steps: int = 100_000
     """Environment steps to train for (summed over all envs; per seed with --num-seeds)."""
     num_seeds: int = 1
-    """Train this many independent agents, seeds --seed .. --seed + N - 1, in one program over one EnvPool of N x --num-envs envs; agent k's envs are seeded as a single run with seed --seed + k seeds them. RUN_DIR/seed_<k> is agent k's complete run directory (load_policy and --resume work on it alone) and RUN_DIR/summary.json aggregates them (IQM with a bootstrap 95% interval). The agents act together and learn one after another, so agent k is the single run with seed --seed + k: bitwise for PPO and PQN on raw observations, to the last bits otherwise. sync schedule, single placement."""
+    """Train N independent agents, seeds --seed .. --seed + N - 1, in one program over one EnvPool of N x --num-envs envs, each equal to the single run with its seed (docs/seeds.md). RUN_DIR/seed_<k> is agent k's complete run directory; RUN_DIR/summary.json aggregates them. sync schedule, single placement."""
     batch_seed_updates: bool = False
     """--num-seeds: vmap the agents' updates into one batched program instead of one agent after another. Faster where an update is bound by its batch (accelerators); agent k then equals the single run with its seed only up to floating-point reassociation, which training amplifies until trajectories part."""
     env_kwargs: tuple[str, ...] = ()
@@ -41,6 +41,8 @@ class RunConfig:
     """Environments stepped together by EnvPool."""
     num_threads: int = 0
     """EnvPool worker threads; 0 picks min(num_envs, CPU cores)."""
+    data_parallel: bool = False
+    """Shard envs, batches over devices."""
     normalize_observations: bool = False
     """Normalize observations with running statistics (part of the run state)."""
     scale_rewards: bool = False

@@ -15,6 +15,12 @@ reads it:
   of its own when there is one; off-policy: the critic's first device);
 * `host`: where a policy acts on observations that arrive on the host (EnvPool's async mode,
   one batch per `recv`): the CPU, which has them already.
+
+`--data-parallel` (and every run of several processes, `jaxrl_fast.cluster`) is the mode `data`:
+`actor` and `critic` are then every acting-platform device of every process, the mesh the `sync`
+program is replicated over (`schedules.data_parallel`), and `acting` is this process's first.
+Devices this process chooses for itself come from `jax.local_devices()`: `jax.devices()` lists
+every process's, and an array put on another process's device fails only when it is read.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ class PlacementError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    mode: str  # "single" or "split"
+    mode: str  # "single", "split" or "data"
     acting: jax.Device
     actor: tuple[jax.Device, ...]
     critic: tuple[jax.Device, ...]
@@ -58,6 +64,11 @@ class Placement:
     def _mesh(self, role: str) -> Mesh:
         return Mesh(np.asarray(getattr(self, role)), ("data",))
 
+    @property
+    def shards(self) -> int:
+        """Data-parallel shards: the devices of the mesh mode `data` runs over (1 otherwise)."""
+        return len(self.actor) if self.mode == "data" else 1
+
     def describe(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
@@ -74,7 +85,7 @@ def describe(device: jax.Device) -> str:
 
 
 def describe_devices() -> list[str]:
-    """Every device of this process, for the run's metadata."""
+    """Every device the run sees (of all its processes), for the run's metadata."""
     return [describe(d) for d in jax.devices()]
 
 
@@ -86,12 +97,12 @@ def transfer(tree: Any, where: Any, **options: Any) -> Any:
 
 
 def host_device() -> jax.Device:
-    return jax.devices("cpu")[0]
+    return jax.local_devices(backend="cpu")[0]
 
 
 def fused_loop_device(env_steps_on_gpu: bool = False) -> jax.Device:
     """Where EnvPool's XLA step can run: wheels built without CUDA register it for the CPU only."""
-    default = jax.devices()[0]
+    default = jax.local_devices()[0]
     return default if default.platform == "cpu" or env_steps_on_gpu else host_device()
 
 
@@ -102,6 +113,8 @@ def resolve(config: Any, env_steps_on_gpu: bool = False, devices: list[jax.Devic
 
     devices = list(jax.devices()) if devices is None else devices
     acting = fused_loop_device(env_steps_on_gpu)
+    if is_data_parallel(config):
+        return data_parallel(acting)
     if family(config) == "on_policy":
         learner = acting
         if config.schedule == "concurrent":  # a device of its own for the learner when there is one
@@ -115,6 +128,17 @@ def resolve(config: Any, env_steps_on_gpu: bool = False, devices: list[jax.Devic
     if config.schedule == "concurrent" and devices[0].platform != "cpu":
         roles = dataclasses.replace(roles, acting=host_device())  # acting beside the accelerator, overlapping
     return roles
+
+
+def is_data_parallel(config: Any) -> bool:
+    """`--data-parallel`, or a run of several processes (which is data-parallel or nothing)."""
+    return config.data_parallel or jax.process_count() > 1
+
+
+def data_parallel(acting: jax.Device) -> Placement:
+    """Mode `data`: every device of the acting platform, of every process, holds a shard."""
+    mesh = tuple(jax.devices(acting.platform))
+    return Placement("data", acting, mesh, mesh, acting, host_device())
 
 
 def resolve_roles(requested: str, acting: jax.Device, devices: list[jax.Device]) -> Placement:

@@ -31,6 +31,7 @@ from jaxrl_fast.algos import ALGORITHMS, action_space_error
 from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config, cli_config
 
 if TYPE_CHECKING:
+    from jaxrl_fast.cluster import Cluster
     from jaxrl_fast.env import EnvSpec
 
 PROG = "python -m jaxrl_fast.train"
@@ -81,6 +82,16 @@ def validate(config: TrainConfig) -> None:
              "--num-envs (each agent's) yourself, or calibrate a single-seed run first and reuse its sizes")
         need(config.keep_checkpoints >= 2, f"--num-seeds needs --keep-checkpoints 2 or more (got {config.keep_checkpoints}): "
              "the agents save one after another, and a run stopped between two saves resumes from the step before")
+    if config.data_parallel:
+        need(config.schedule == "sync", f"--data-parallel (and a run of several processes) runs the sync schedule's one "
+             f"program on every device; --schedule {config.schedule} is not data-parallel (use --schedule sync)")
+        need(config.num_seeds == 1, "--data-parallel trains one agent over every device; --num-seeds trains several "
+             "in one process (use one or the other)")
+        need(config.placement != "split", "--data-parallel replicates both learner roles on every device; "
+             "--placement split gives each role its own (leave --placement out)")
+        need(not (config.calibrate or config.recalibrate), "--calibrate measures one process's sizes; give "
+             "--num-envs yourself with --data-parallel (or calibrate a one-process run and reuse its sizes)")
+        need(not config.profile, "--profile traces one process; leave it out with --data-parallel")
     need(not config.batch_seed_updates or config.num_seeds > 1, "--batch-seed-updates batches the updates of "
          "--num-seeds agents; give --num-seeds 2 or more")
     max_seed = 2**31 - 1 - EVAL_SEED_OFFSET - max(config.num_envs, config.eval_episodes) - (config.num_seeds - 1)
@@ -248,21 +259,27 @@ def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
 
 
 def check_devices(config: TrainConfig) -> None:
-    """Refuse a placement the present devices cannot give, and a replay buffer that cannot fit
-    where the run's placement puts it."""
+    """Refuse a placement the present devices cannot give, sizes that do not split over its
+    data-parallel shards, and a replay buffer that cannot fit where the run's placement puts it."""
     from jaxrl_fast.env import parse_env_kwargs, probe_spec
     from jaxrl_fast.placement import resolve
     from jaxrl_fast.replay import ReplayError, check_fits, replay_nbytes
+    from jaxrl_fast.sharding import shard_sizes_error
 
     placement = resolve(config)
+    if placement.mode == "data" and shard_sizes_error(config, placement.shards):
+        raise ConfigError(shard_sizes_error(config, placement.shards))
     if config.algo not in OFF_POLICY:
         return
     spec = probe_spec(config.env, parse_env_kwargs(config.env_kwargs))
     hyper = algo_config(config)
     nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, spec.obs_dtype,
                                               spec.action_shape, "int32" if spec.discrete else "float32", spec.frame_stack)
+    device = placement.critic[0]
+    if placement.mode == "data":  # each device holds its shard's buffer; this process sees its own devices only
+        nbytes, device = nbytes // placement.shards, placement.acting
     try:
-        check_fits(nbytes, placement.critic[0], f"--{config.algo}.buffer-size")
+        check_fits(nbytes, device, f"--{config.algo}.buffer-size")
     except ReplayError as error:
         raise ConfigError(str(error)) from None
 
@@ -294,28 +311,70 @@ def make_run_dir(config: TrainConfig) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The CLI; its exit status: 0 done, 1 a run stopped by an error (a NaN, a failed checkpoint
-    write), 2 bad input, 130 stopped by SIGINT or SIGTERM."""
+    write, a lost process of a distributed run), 2 bad input, 130 stopped by SIGINT or SIGTERM."""
     with EARLY_STOP or StopRequest(second="exit") as stop:
         return run_command(argv, stop)
 
 
+def check_cluster(config: TrainConfig, joined: "Cluster") -> TrainConfig:
+    """A distributed run's config: data-parallel, in a run directory every process names alike."""
+    if not joined.distributed:
+        return config
+    if config.run_dir is None:
+        raise ConfigError("a run of several processes needs --run-dir (a directory every process sees; "
+                          "`python -m jaxrl_fast.launch` gives one)")
+    if not config.data_parallel:
+        config = dataclasses.replace(config, data_parallel=True)
+        validate(config)
+    if joined.num_processes > 1 and config.num_envs % joined.num_processes:
+        raise ConfigError(f"--num-envs {config.num_envs} does not split over {joined.num_processes} processes")
+    return config
+
+
 def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
+    from jaxrl_fast.cluster import ClusterError, split_flags
     from jaxrl_fast.env import EnvError
     from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
-    from jaxrl_fast.placement import PlacementError
     from jaxrl_fast.presets import PresetError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("jaxrl_fast").setLevel(logging.INFO)
-    try:
-        config = parse_args(argv)
+    try:  # every process of a distributed run refuses bad input alike, before joining the others
+        joined, argv = split_flags(sys.argv[1:] if argv is None else argv)
+        config = check_cluster(parse_args(argv), joined)
         if config.resume is None:
             check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
+    except (ConfigError, ClusterError, EnvError, PresetError, RunDirError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not joined.distributed:
+        return run_joined(config, stop, joined)
+    from jaxrl_fast import cluster
+
+    try:
+        cluster.initialize(joined)
+        code = run_joined(config, stop, joined)
+    except BaseException as failure:  # noqa: BLE001  a process that fails leaves at once (cluster's docstring)
+        cluster.leave(1, f"error: process {cluster.process_index() if cluster.joined() else joined.process_id}: "
+                         f"{cluster.failure_text(failure)}")
+    if code != 0:
+        cluster.leave(code)
+    cluster.shutdown()
+    return code
+
+
+def run_joined(config: TrainConfig, stop: StopRequest, joined: "Cluster") -> int:
+    """The run, once this process has joined the others of a distributed run (or is alone)."""
+    from jaxrl_fast.env import EnvError
+    from jaxrl_fast.metrics import RunDirError
+    from jaxrl_fast.placement import PlacementError
+
+    try:
         check_devices(config)
         check_video(config)
         if config.resume is None:  # last: everything else is checked before the directory exists
             config = dataclasses.replace(config, run_dir=make_run_dir(config))
-    except (ConfigError, EnvError, PresetError, RunDirError, PlacementError) as error:
+    except (ConfigError, EnvError, RunDirError, PlacementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if config.compile_cache:  # before calibration, the first thing that compiles
@@ -346,7 +405,7 @@ def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
     from jaxrl_fast.trainer import train
 
     try:
-        summary = train(config, calibration, resume=config.resume is not None, stop=stop)
+        summary = train(config, calibration, resume=config.resume is not None, stop=stop, joined=joined)
     except (NonFiniteError, CheckpointSaveError) as error:
         step = latest_step(config.run_dir)
         kept = (f"the last good checkpoint (step {step:,d}) is kept" if step is not None else

@@ -26,7 +26,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from jaxrl_fast import compile_cache
+from jaxrl_fast import cluster, compile_cache
 from jaxrl_fast import placement as placements
 from jaxrl_fast.acting import agent_part, env_options, observe
 from jaxrl_fast.algos import make_algorithm
@@ -42,6 +42,7 @@ from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressD
 from jaxrl_fast.plan import Plan, env_threads, make_plan, planned_calls, run_off_policy_plan
 from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, profile_window
 from jaxrl_fast.schedules import Context, Schedule, make_schedule
+from jaxrl_fast.sharding import AXIS, make_sharded_env
 from jaxrl_fast.stopping import StopRequest
 from jaxrl_fast.video import VIDEO_DIR
 
@@ -138,6 +139,22 @@ class Report:
         self.sink.write(step, record)
 
 
+class SilentReport:
+    """The report of a process other than 0 of a distributed run: process 0 writes the run directory
+    and evaluates, so this one records nothing (its target is never reached: process 0 says when)."""
+
+    def __init__(self) -> None:
+        self.target = TargetWatch(None)
+        self.results: dict[int, EvalResult] = {}
+        self.logged: dict[int, LoggedEval] = {}
+
+    def evaluation(self, result: EvalResult) -> None:
+        pass
+
+    def training(self, *args: Any) -> None:
+        pass
+
+
 class OpenedSeed(NamedTuple):
     """One agent's directory as `open_seeds` opens it, before its report and evaluator exist."""
 
@@ -157,8 +174,8 @@ class SeedRun:
     config: TrainConfig  # its run_dir is the agent's directory
     checkpointer: Checkpointer
     restored: Restored | None
-    report: Report
-    evaluator: Evaluator
+    report: Report | SilentReport
+    evaluator: Evaluator | None  # None in the processes of a distributed run but process 0
 
     @property
     def run_dir(self) -> Path:
@@ -183,16 +200,25 @@ class Run:
     plan: Plan
     schedule: Schedule
     progress: ProgressDisplay
+    cluster: cluster.Cluster = cluster.Cluster()
+    primary: bool = True  # this process writes the run directory and evaluates (process 0)
 
     def agent(self, tree: Any, index: int) -> Any:
         return agent_of(self.config, tree, index)
 
 
 def open_run(config: TrainConfig, resume: bool, step: int | None = None,
-             start_over: bool | None = None) -> tuple[Path, Checkpointer, Restored | None]:
+             start_over: bool | None = None, primary: bool = True) -> tuple[Path, Checkpointer, Restored | None]:
     """The run directory, its checkpointer and, when resuming, its checkpoint at `step` (default the
     newest complete one). A resumed run `start_over` (default: when it stopped before its first
-    checkpoint) clears its outputs and starts from its saved config."""
+    checkpoint) clears its outputs and starts from its saved config. Only the `primary` process
+    (process 0 of a distributed run) creates, clears or truncates anything; the others read."""
+    if not primary:
+        run_dir = Path(config.run_dir)
+        checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
+        if start_over is None:
+            start_over = resume and latest_step(run_dir) is None
+        return run_dir, checkpointer, checkpointer.restore(step) if resume and not start_over else None
     if config.video_interval:  # refuse before anything is written (cached: the CLI asked already)
         from jaxrl_fast.video import check_video_support
 
@@ -222,11 +248,11 @@ def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:
                                resume=own if config.resume is not None else None)
 
 
-def open_seeds(config: TrainConfig, resume: bool) -> tuple[Path, list[OpenedSeed]]:
+def open_seeds(config: TrainConfig, resume: bool, primary: bool = True) -> tuple[Path, list[OpenedSeed]]:
     """The run directory and each agent's run; a resumed --num-seeds run restores every agent at the
     newest step all of them saved, or starts every one over when one has no checkpoint."""
     if config.num_seeds == 1:
-        run_dir, checkpointer, restored = open_run(config, resume)
+        run_dir, checkpointer, restored = open_run(config, resume, primary=primary)
         return run_dir, [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
     run_dir = Path(config.run_dir) if resume else create_run_dir(
         config.run_dir or default_run_dir(config.env, config.algo, config.seed))
@@ -263,6 +289,8 @@ def record_config(run: Run, calibration: Any) -> None:
     algorithm's group: what --resume reads), beside what was resolved from it (threads,
     placement, plan, devices, ...); a resumed run appends what changed. A --num-seeds run writes
     its own in RUN_DIR and one per agent, with the agent's own config, in RUN_DIR/seed_<k>."""
+    if not run.primary:
+        return
     records = [(run.config, run.run_dir)] + ([(seed.config, seed.run_dir) for seed in run.seeds] if len(run.seeds) > 1 else [])
     if run.restored is not None:
         for config, run_dir in records:
@@ -285,6 +313,8 @@ def record_config(run: Run, calibration: Any) -> None:
     }
     if calibration is not None:
         resolved["calibration"] = dataclasses.asdict(calibration)
+    if run.cluster.distributed:
+        resolved["distributed"] = cluster.describe(run.cluster)
     if len(run.seeds) > 1:
         resolved["seed_run_dirs"] = [str(seed.run_dir) for seed in run.seeds]
     for config, run_dir in records:
@@ -293,25 +323,40 @@ def record_config(run: Run, calibration: Any) -> None:
         write_policy_info(seed.run_dir, {"train_config": run_dict(seed.config), "env_spec": dataclasses.asdict(run.spec)})
 
 
-def build(config: TrainConfig, resume: bool) -> Run:
+def build(config: TrainConfig, resume: bool, joined: cluster.Cluster = cluster.Cluster()) -> Run:
     """Everything a run needs, in the order each part needs the others."""
-    run_dir, opened = open_seeds(config, resume)
+    primary = cluster.is_primary()
+    run_dir, opened = open_seeds(config, resume, primary)
     restored = stacked([seed.restored for seed in opened])
     agents, per_agent = config.num_seeds, config.num_envs
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
     env_seed = (config.seed + restored.step) % (2**31 - per_agent - (agents - 1)) if restored else config.seed
     pool_options = parse_env_kwargs(config.env_kwargs)
-    env = make_xla_env(config.env, agents * per_agent, env_threads(config),
-                       agent_env_seeds(env_seed, agents, per_agent) if agents > 1 else env_seed, **pool_options)
+    where = None
+    if placements.is_data_parallel(config):  # one pool per local shard; the algorithm is a shard's
+        where = placements.resolve(config)
+        mesh = jax.sharding.Mesh(np.asarray(where.actor), (AXIS,))
+        env = make_sharded_env(config.env, per_agent, shard_threads(config, where), env_seed, mesh, **pool_options)
+        algo = make_algorithm(config, env.spec, where.shards, AXIS)
+    else:
+        env = make_xla_env(config.env, agents * per_agent, env_threads(config),
+                           agent_env_seeds(env_seed, agents, per_agent) if agents > 1 else env_seed, **pool_options)
+        algo = make_algorithm(config, dataclasses.replace(env.spec, num_envs=per_agent))
     spec = dataclasses.replace(env.spec, num_envs=per_agent)  # what one agent acts in
-    algo = make_algorithm(config, spec)
     plan = make_plan(config, algo)
+    if where is not None:
+        plan = dataclasses.replace(plan, num_threads=shard_threads(config, where) * len(env.pools),
+                                   update_frames_per_iteration=plan.update_frames_per_iteration * (
+                                       where.shards if family(config) == "on_policy" else 1))
     options = env_options(config)
-    progress = ProgressDisplay(plan.total_steps, config.progress)
+    progress = ProgressDisplay(plan.total_steps, config.progress if primary else "off")
     board = EvalBoard(progress, agents)
     policy = jax.jit(lambda payload, obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
     seeds = []
     for seed in opened:
+        if not primary:  # process 0 writes the run directory and evaluates
+            seeds.append(SeedRun(*seed, SilentReport(), None))
+            continue
         own_dir = Path(seed.config.run_dir)
         report = Report(seed.config, own_dir, seed.restored, functools.partial(board.show, seed.index))
         evaluator = Evaluator(
@@ -325,17 +370,29 @@ def build(config: TrainConfig, resume: bool) -> Run:
     def on_eval(payload: Any, iteration: Any) -> None:
         step = plan.step_at(int(iteration))
         for seed in seeds:
-            seed.evaluator.request(agent_of(config, payload, seed.index), step)
+            if seed.evaluator is not None:
+                seed.evaluator.request(agent_of(config, payload, seed.index), step)
 
-    schedule = build_schedule(config, env, on_eval, algo)
-    return Run(config, run_dir, seeds, restored, env, spec, plan, schedule, progress)
+    schedule = build_schedule(config, env, on_eval, algo, where, plan)
+    return Run(config, run_dir, seeds, restored, env, spec, plan, schedule, progress, joined, primary)
 
 
-def build_schedule(config: TrainConfig, env: XlaEnv, on_eval: Any = None, algo: Any = None) -> Schedule:
+def shard_threads(config: TrainConfig, where: placements.Placement) -> int:
+    """EnvPool threads of each pool of a data-parallel run: --num-threads, or this host's cores
+    shared among the pools of every process on it."""
+    import os
+
+    local_pools = sum(device.process_index == jax.process_index() for device in where.actor) * cluster.host_processes()
+    return config.num_threads or max(1, min(config.num_envs // where.shards, (os.cpu_count() or 1) // local_pools))
+
+
+def build_schedule(config: TrainConfig, env: Any, on_eval: Any = None, algo: Any = None,
+                   where: placements.Placement | None = None, plan: Plan | None = None) -> Schedule:
     """The schedule the table gives this config, over `env`, with the run's placement and sizes."""
     algo = make_algorithm(config, env.spec) if algo is None else algo
-    where = placements.resolve(config, env.has_gpu_step)
-    return make_schedule(Context(config, env, algo, env_options(config), where, make_plan(config, algo), on_eval))
+    where = placements.resolve(config, env.has_gpu_step) if where is None else where
+    plan = make_plan(config, algo) if plan is None else plan
+    return make_schedule(Context(config, env, algo, env_options(config), where, plan, on_eval))
 
 
 @dataclasses.dataclass
@@ -394,11 +451,16 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
     progress.compile_s = work(lambda: schedule.start(run.restored))
     payload = schedule.eval_payload()
     for seed in run.seeds:  # beside the first training call
-        seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape, run.spec.obs_dtype)
+        if seed.evaluator is not None:
+            seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape, run.spec.obs_dtype)
     progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
-    while progress.done < plan.total_iterations and not every_target_reached(run):
-        if stop.signal is not None:
+    while progress.done < plan.total_iterations:
+        # every process decides alike: a signal in any of them, the target in process 0's evaluations
+        stopping, reached = cluster.any_process(stop.signal is not None, every_target_reached(run))
+        if reached:
+            break
+        if stopping:
             raise KeyboardInterrupt
         n = min(iterations_to_grid(plan, progress.done), plan.total_iterations - progress.done)
         step = plan.step_at(progress.done)
@@ -419,7 +481,7 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
         run.progress.update(step, len(run.seeds) * n * plan.steps_per_iteration / elapsed)
         if checkpoint_every and progress.done - progress.saved_at >= checkpoint_every:
             save_checkpoint(run, progress, step)
-    if stop.signal is not None:  # one that came during the last call is honoured too
+    if cluster.any_process(stop.signal is not None)[0]:  # one that came during the last call is honoured too
         raise KeyboardInterrupt
 
 
@@ -523,6 +585,8 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
             seed.checkpointer.close()
         except Exception as failure:  # the write that failed reports again here; it was reported once
             log.debug("closing the checkpointer: %s", failure)
+    if not run.primary:  # process 0 evaluates and writes the summaries
+        return {"steps": steps, "interrupted": progress.interrupted}
     payload = functools.cache(lambda: jax.device_put(run.schedule.eval_payload(), placements.host_device()))
     finals = [final_evaluation(run, seed, progress, steps, payload) for seed in run.seeds]
     run.progress.close()
@@ -556,17 +620,19 @@ def placement_text(record: dict[str, Any]) -> str:
     return f"placement {record['mode']} ({', '.join(details)})"
 
 
-def train(config: TrainConfig, calibration: Any = None, resume: bool = False, stop: StopRequest | None = None) -> dict[str, Any]:
+def train(config: TrainConfig, calibration: Any = None, resume: bool = False, stop: StopRequest | None = None,
+          joined: cluster.Cluster = cluster.Cluster()) -> dict[str, Any]:
     """Train as configured; returns the summary that is also written to `summary.json`.
 
     `calibration` (a `jaxrl_fast.calibrate.Calibration` already applied to `config`) is recorded
     in `config.json`. `resume=True` continues the run in `config.run_dir` from its newest
     complete checkpoint (`python -m jaxrl_fast.train --resume RUN_DIR`), or starts it over from its
     saved config when it stopped before its first checkpoint. `stop`: the CLI's, installed before
-    its imports (by default one that raises KeyboardInterrupt on a second SIGINT)."""
+    its imports (by default one that raises KeyboardInterrupt on a second SIGINT). `joined`: the
+    processes of a distributed run, joined already (`cluster.initialize`)."""
     if config.compile_cache:  # the CLI did this already; in-process callers (tests, notebooks) get it here
         compile_cache.enable()
-    run = build(config, resume)
+    run = build(config, resume, joined)
     message = run.progress.message
     if resume and run.restored is None:
         message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config")

@@ -45,10 +45,16 @@ def action_space_error(name: str, spec: EnvSpec) -> str | None:
     return algorithm_spec(name).action_space_error(spec, others)
 
 
-def make_algorithm(config: Any, spec: EnvSpec) -> Any:
-    """The bundle of pure functions of `config.algo` (an `Algorithm` or an `OffPolicyAlgorithm`)."""
+def make_algorithm(config: Any, spec: EnvSpec, shards: int = 1, axis_name: str | None = None) -> Any:
+    """The bundle of pure functions of `config.algo` (an `Algorithm` or an `OffPolicyAlgorithm`).
+
+    Data-parallel over `shards` shards of the `axis_name` axis, it is one shard's: `spec` holds the
+    shard's envs, its schedules count a shard's share of `--total-steps`, and its optimizers
+    average the shards' gradients."""
     algorithm = algorithm_spec(config.algo)
     error = action_space_error(config.algo, spec)
     if error is not None:
         raise ValueError(error)
-    return algorithm.make(getattr(config, config.algo), spec, config.total_steps)
+    if axis_name is None:
+        return algorithm.make(getattr(config, config.algo), spec, config.total_steps)
+    return algorithm.make(getattr(config, config.algo), spec, config.total_steps // shards, axis_name=axis_name)

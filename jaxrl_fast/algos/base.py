@@ -13,6 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Literal
 
+import optax
+from jax import lax
+from jax.flatten_util import ravel_pytree
+
 from jaxrl_fast.data import Act
 from jaxrl_fast.env import EnvSpec, random_actions
 from jaxrl_fast.networks import NetworkConfig
@@ -47,7 +51,9 @@ class AlgorithmSpec:
     family: "on_policy" (an `Algorithm` bundle; its config has `num_steps`, the rollout length per
       env per iteration) or "off_policy" (an `OffPolicyAlgorithm` bundle; its config is a `ReplayConfig`).
     config: its frozen config dataclass.
-    make(hyper, spec, total_steps): the bundle of pure functions (see `jaxrl_fast.data`).
+    make(hyper, spec, total_steps, axis_name=None): the bundle of pure functions (see
+      `jaxrl_fast.data`); with `axis_name` its optimizers average gradients over that data-parallel
+      axis (`mean_over_shards`), and `spec` and `total_steps` are one shard's.
     actions: the action spaces it can act in.
     metrics: the `train/...` names its updates report.
     validate(hyper, config): messages for values that cannot work, each naming its flag.
@@ -82,6 +88,20 @@ def random_act(spec: EnvSpec) -> Callable[[Any, Any], Act]:
         return Act(action, action, ())
 
     return act
+
+
+def mean_over_shards(optimizer: optax.GradientTransformation, axis_name: str | None) -> optax.GradientTransformation:
+    """`optimizer` on gradients averaged over the data-parallel shards of `axis_name` (inside
+    `shard_map`; None: `optimizer` itself). Every shard then applies one update to its copy of the
+    parameters, so the copies stay equal."""
+    if axis_name is None:
+        return optimizer
+
+    def update(grads: Any, state: Any, params: Any = None) -> Any:
+        flat, unflatten = ravel_pytree(grads)  # one all-reduce, not one per leaf: each costs a round trip between processes
+        return optimizer.update(unflatten(lax.pmean(flat, axis_name)), state, params)
+
+    return optax.GradientTransformation(optimizer.init, update)
 
 
 def positive_sizes(flag: str, sizes: tuple[int, ...]) -> list[str]:

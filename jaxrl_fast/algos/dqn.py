@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, validate_replay
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, validate_replay
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import make_discrete_q_network
@@ -75,9 +75,10 @@ def epsilon_at(config: DQNConfig, env_step: jax.Array, total_steps: int) -> jax.
     return linear_epsilon(config.start_epsilon, config.end_epsilon, config.exploration_fraction, env_step, total_steps)
 
 
-def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int) -> OffPolicyAlgorithm:
+def make_dqn(config: DQNConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> OffPolicyAlgorithm:
     q_net = make_discrete_q_network(spec, config)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+    optimizer = mean_over_shards(
+        optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate)), axis_name)
 
     def init(key: jax.Array) -> tuple[tuple, DQNCriticState]:
         q = q_net.init(key)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, validate_rollout
+from jaxrl_fast.algos.base import AlgorithmSpec, mean_over_shards, rollout_iterations, validate_rollout
 from jaxrl_fast.data import Act, Algorithm, Rollout
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, NetworkConfig, make_policy_network, make_value_network
@@ -176,7 +176,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
     return update
 
 
-def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
+def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Algorithm:
     policy_net = make_policy_network(spec, config)
     value_net = make_value_network(spec, config)
     batch_size = spec.num_envs * config.num_steps
@@ -189,7 +189,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
     learning_rate = (
         optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
     )
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    optimizer = mean_over_shards(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5)), axis_name)
     low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
 
     def init(key: jax.Array) -> PPOState:

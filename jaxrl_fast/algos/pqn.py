@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, validate_rollout
+from jaxrl_fast.algos.base import AlgorithmSpec, mean_over_shards, rollout_iterations, validate_rollout
 from jaxrl_fast.data import Act, Algorithm, Rollout
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import NetworkConfig, make_discrete_q_network
@@ -92,7 +92,7 @@ def epsilon_at(config: PQNConfig, env_steps: jax.Array, total_steps: int) -> jax
     return linear_epsilon(config.start_epsilon, config.end_epsilon, config.exploration_fraction, env_steps, total_steps)
 
 
-def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
+def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Algorithm:
     q_net = make_discrete_q_network(spec, config)
     batch_size = spec.num_envs * config.num_steps
     if batch_size % config.num_minibatches:
@@ -102,7 +102,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int) -> Algorithm:
         )
     updates = rollout_iterations(total_steps, spec.num_envs, config.num_steps) * config.update_epochs * config.num_minibatches
     learning_rate = optax.linear_schedule(config.learning_rate, 0.0, updates) if config.anneal_lr else config.learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate))
+    optimizer = mean_over_shards(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate)), axis_name)
 
     def init(key: jax.Array) -> PQNState:
         params = q_net.init(key)

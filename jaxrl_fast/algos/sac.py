@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, validate_replay
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, validate_replay
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, make_q_network, make_squashed_gaussian_policy
@@ -120,14 +120,14 @@ def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformatio
     return update_actor
 
 
-def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0) -> OffPolicyAlgorithm:
+def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: str | None = None) -> OffPolicyAlgorithm:
     policy_net = make_squashed_gaussian_policy(spec, config)
     q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
     target_entropy = -float(math.prod(spec.action_shape))
-    policy_opt = optax.adam(config.actor_lr)
-    alpha_opt = optax.adam(config.alpha_lr)
-    q_opt = optax.adam(config.critic_lr)
+    policy_opt = mean_over_shards(optax.adam(config.actor_lr), axis_name)
+    alpha_opt = mean_over_shards(optax.adam(config.alpha_lr), axis_name)
+    q_opt = mean_over_shards(optax.adam(config.critic_lr), axis_name)
 
     def init(key: jax.Array) -> tuple[SACActorState, SACCriticState]:
         policy_key, q_key = jax.random.split(key)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, random_act, validate_replay
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, validate_replay
 from jaxrl_fast.algos.sac import action_scale
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
@@ -73,12 +73,13 @@ class TD3CriticState(NamedTuple):
     updates: jax.Array  # int32 []: critic updates so far (targets move every policy_delay)
 
 
-def make_td3(config: TD3Config, spec: EnvSpec, total_steps: int = 0) -> OffPolicyAlgorithm:
+def make_td3(config: TD3Config, spec: EnvSpec, total_steps: int = 0, axis_name: str | None = None) -> OffPolicyAlgorithm:
     policy_net = make_deterministic_policy(spec, config)
     q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
     low, high = scale.to_env(-1.0), scale.to_env(1.0)
-    policy_opt, q_opt = optax.adam(config.actor_lr), optax.adam(config.critic_lr)
+    policy_opt = mean_over_shards(optax.adam(config.actor_lr), axis_name)
+    q_opt = mean_over_shards(optax.adam(config.critic_lr), axis_name)
 
     def init(key: jax.Array) -> tuple[TD3ActorState, TD3CriticState]:
         policy_key, q_key = jax.random.split(key)

@@ -24,13 +24,16 @@ def init_moments(shape: tuple[int, ...]) -> RunningMoments:
     return RunningMoments(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.asarray(1e-4, jnp.float32))
 
 
-def update_moments(moments: RunningMoments, batch: jax.Array, weight: jax.Array | None = None) -> RunningMoments:
-    """Fold a batch `[N, *shape]` into the moments; `weight [N]` (0/1) leaves rows out."""
+def update_moments(moments: RunningMoments, batch: jax.Array, weight: jax.Array | None = None,
+                   axis_name: str | None = None) -> RunningMoments:
+    """Fold a batch `[N, *shape]` into the moments; `weight [N]` (0/1) leaves rows out. With
+    `axis_name` (inside `shard_map`), the batch is every shard's rows: the moments stay equal on all."""
     w = jnp.ones(batch.shape[:1], jnp.float32) if weight is None else weight.astype(jnp.float32)
-    n = w.sum()
+    total_over = (lambda x: x) if axis_name is None else (lambda x: jax.lax.psum(x, axis_name))  # noqa: E731
+    n = total_over(w.sum())
     w = w.reshape(w.shape + (1,) * (batch.ndim - 1))
-    batch_mean = (w * batch).sum(axis=0) / jnp.maximum(n, 1.0)
-    batch_var = (w * (batch - batch_mean) ** 2).sum(axis=0) / jnp.maximum(n, 1.0)
+    batch_mean = total_over((w * batch).sum(axis=0)) / jnp.maximum(n, 1.0)
+    batch_var = total_over((w * (batch - batch_mean) ** 2).sum(axis=0)) / jnp.maximum(n, 1.0)
     total = moments.count + n
     delta = batch_mean - moments.mean
     mean = moments.mean + delta * n / total
@@ -54,13 +57,14 @@ def init_reward_scale(num_envs: int) -> RewardScale:
 
 
 def scale_rewards(
-    scale: RewardScale, reward: jax.Array, done: jax.Array, valid: jax.Array, gamma: float
+    scale: RewardScale, reward: jax.Array, done: jax.Array, valid: jax.Array, gamma: float, axis_name: str | None = None
 ) -> tuple[RewardScale, jax.Array]:
     """Update with one batched step and return the scaled rewards `[num_envs]`.
 
-    `valid` is False on EnvPool's reset steps, which are no transitions and are left out.
+    `valid` is False on EnvPool's reset steps, which are no transitions and are left out. With
+    `axis_name`, the return's moments are every shard's (`update_moments`).
     """
     ret = jnp.where(valid, scale.discounted_return * gamma + reward, scale.discounted_return)
-    moments = update_moments(scale.moments, ret, valid)
+    moments = update_moments(scale.moments, ret, valid, axis_name)
     scaled = reward / jnp.sqrt(moments.var + 1e-8)
     return RewardScale(jnp.where(done, 0.0, ret), moments), scaled

@@ -2,7 +2,7 @@
 
 Every implementation follows `schedules.base.Schedule`; `make_schedule` picks it from the table
 `SCHEDULES`, keyed by (the algorithm's family, `--schedule`, whether placement fuses everything on
-the acting device). No schedule imports an algorithm: each runs whatever bundle the registry built.
+the acting device); data parallelism (placement mode `data`) runs `DataParallelSync`. No schedule imports an algorithm: each runs whatever bundle the registry built.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from jaxrl_fast.config import family
 from jaxrl_fast.schedules.asynchronous import AsyncSchedule
 from jaxrl_fast.schedules.base import CallResult, Context, Schedule, Snapshot
 from jaxrl_fast.schedules.concurrent import OnPolicyConcurrent
+from jaxrl_fast.schedules.data_parallel import DataParallelSync
 from jaxrl_fast.schedules.offpolicy import OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven
 from jaxrl_fast.schedules.sync import OnPolicySync
 
-__all__ = ["SCHEDULES", "AsyncSchedule", "CallResult", "Context", "OffPolicyConcurrent", "OffPolicyFused",
+__all__ = ["SCHEDULES", "AsyncSchedule", "CallResult", "Context", "DataParallelSync", "OffPolicyConcurrent", "OffPolicyFused",
            "OffPolicyHostDriven", "OnPolicyConcurrent", "OnPolicySync", "Schedule", "Snapshot", "make_schedule",
            "schedule_class"]
 
@@ -31,6 +32,8 @@ SCHEDULES: dict[tuple[str, str, str], type] = {
 
 
 def schedule_class(config, placement) -> type:
+    if placement.mode == "data":  # one shard's sync program on every device of the mesh
+        return DataParallelSync
     key = (family(config), config.schedule, "fused" if placement.fused else "roles")
     if key not in SCHEDULES:
         raise ValueError(f"--schedule {config.schedule} is not available for {config.algo} ({key[0]}) "

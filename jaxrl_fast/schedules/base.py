@@ -93,10 +93,12 @@ def eval_due(iteration: Any, every: int) -> Any:
 
 
 class EvalRequests(NamedTuple):
-    """Hands the policy to the evaluator every `every` iterations, from the host or from inside jit."""
+    """Hands the policy to the evaluator every `every` iterations, from the host or from inside jit
+    (data-parallel, inside `shard_map` over `axis_name`: from the first shard only, in process 0)."""
 
     on_eval: Callable[[EvalPayload, Any], None] | None
     every: int
+    axis_name: str | None = None
 
     @property
     def active(self) -> bool:
@@ -109,7 +111,10 @@ class EvalRequests(NamedTuple):
     def from_program(self, iteration: jax.Array, payload: EvalPayload) -> None:
         """Inside jit: `io_callback` only enqueues, so the program never waits for an evaluation."""
         if self.active:
-            lax.cond(eval_due(iteration, self.every),
+            due = eval_due(iteration, self.every)
+            if self.axis_name is not None:
+                due &= lax.axis_index(self.axis_name) == 0
+            lax.cond(due,
                      lambda: io_callback(self.on_eval, None, payload, iteration, ordered=False), lambda: None)
 
 
@@ -147,6 +152,23 @@ def scan_iterations(iteration, state: Any, num_iterations: jax.Array, iterations
     count = jnp.clip(num_iterations, 0, iterations_per_call)
     state, sums, stats = lax.fori_loop(0, count, body, (state, zeros(metric_shapes), zeros(stats_shapes)))
     return state, jax.tree.map(lambda x: x / jnp.maximum(count, 1), sums), stats
+
+
+def across_shards(axis_name: str | None, metrics: Any, stats: Any) -> tuple[Any, Any]:
+    """A call's metrics averaged and its episode statistics summed over the data-parallel shards
+    of `axis_name` (None: as they are), so that every shard returns the run's."""
+    if axis_name is None:
+        return metrics, stats
+    return lax.pmean(metrics, axis_name), lax.psum(stats, axis_name)
+
+
+def shard_key(key: jax.Array, axis_name: str | None) -> jax.Array:
+    """A data-parallel shard's own stream of `key` (None: `key` itself): shards act and sample apart."""
+    if axis_name is None:
+        return key
+    index = lax.axis_index(axis_name)
+    fold = lambda k: jax.random.fold_in(k, index)  # noqa: E731
+    return fold(key) if key.ndim == 0 else jax.vmap(fold)(key)
 
 
 def total_episodes(parts: list[EpisodeStats]) -> EpisodeStats:

@@ -37,8 +37,8 @@ from jaxrl_fast.env import EpisodeStats, XlaEnv
 from jaxrl_fast.placement import Placement, transfer
 from jaxrl_fast.plan import OffPolicyPlan, dispatch_steps, off_policy_plan, run_off_policy_plan
 from jaxrl_fast.replay import ReplayState, Row, add_many, init_replay, sample_batch
-from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics,
-                                       scan_iterations, total_episodes)
+from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot, across_shards, mean_metrics,
+                                       scan_iterations, shard_key, total_episodes)
 from jaxrl_fast.schedules.timing import PhaseClock
 
 __all__ = ["OffPolicyFused", "OffPolicyHostDriven", "OffPolicyPlan", "dispatch_steps", "make_off_policy_loop",
@@ -219,7 +219,9 @@ def env_step_at(plan: OffPolicyPlan, iteration: Any, steps_per_iteration: int) -
 
 
 def fused_loop(algo, env, options, plan, placement, iterations_per_call, requests: EvalRequests,
-               num_agents: int = 1, batched_updates: bool = False) -> OffPolicyLoop:
+               num_agents: int = 1, batched_updates: bool = False, axis_name: str | None = None) -> OffPolicyLoop:
+    """The fused program; with `axis_name`, one data-parallel shard's (as `sync.make_sync_loop`'s):
+    its own envs and replay buffer, keys folded with the shard's index, gradients averaged."""
     pieces = make_pieces(algo, env, options, plan, num_agents=num_agents, batched_updates=batched_updates)
     steps_per_iteration = plan.rollout_length * env.spec.num_envs // num_agents  # each agent's
 
@@ -234,24 +236,29 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
     def warmup(state: OffPolicyState):
         def body(state, _):
             key, collect_key, _ = pieces.iteration_keys(state.key)
-            return store(state._replace(key=key), collect_key, random=True)
+            return store(state._replace(key=key), shard_key(collect_key, axis_name), random=True)
 
         state, finished = lax.scan(body, state, None, length=plan.warmup_iterations)
-        return state, jax.tree.map(lambda x: x.sum(0), finished)
+        return state, across_shards(axis_name, {}, jax.tree.map(lambda x: x.sum(0), finished))[1]
 
     def iteration(state: OffPolicyState):
         key, collect_key, update_keys = pieces.iteration_keys(state.key)
-        state, finished = store(state._replace(key=key), collect_key, random=False)
-        actor, critic, metrics = pieces.run_updates(state.actor, state.critic, state.replay, update_keys, state.updates)
+        state, finished = store(state._replace(key=key), shard_key(collect_key, axis_name), random=False)
+        actor, critic, metrics = pieces.run_updates(state.actor, state.critic, state.replay, shard_key(update_keys, axis_name),
+                                                    state.updates)
         state = state._replace(actor=actor, critic=critic, iteration=state.iteration + 1,
                                updates=state.updates + plan.updates_per_iteration)
         requests.from_program(state.iteration, EvalPayload(acting_params(state), state.env.obs_moments))
         return state, metrics, finished
 
-    run_program = jax.jit(lambda s, n: scan_iterations(iteration, s, n, iterations_per_call), donate_argnums=0)
+    def run(state: OffPolicyState, n: jax.Array):
+        state, metrics, stats = scan_iterations(iteration, state, n, iterations_per_call)
+        return (state, *across_shards(axis_name, metrics, stats))
+
+    run_program = jax.jit(run, donate_argnums=0)
     init_program = jax.jit(pieces.init)
     return OffPolicyLoop(
-        init=lambda key, handle, obs: jax.device_put(init_program(key, handle, obs), placement.acting),
+        init=pieces.init if axis_name else lambda key, handle, obs: jax.device_put(init_program(key, handle, obs), placement.acting),
         warmup=jax.jit(warmup, donate_argnums=0),
         run=lambda state, n: run_program(state, jnp.int32(n)),
         acting_params=acting_params,

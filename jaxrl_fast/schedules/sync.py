@@ -19,7 +19,8 @@ from jaxrl_fast.acting import (EnvCarry, EnvOptions, EvalPayload, agent_keys, ag
                                observe)
 from jaxrl_fast.data import Algorithm, Rollout
 from jaxrl_fast.env import EpisodeStats, XlaEnv
-from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, scan_iterations
+from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot, across_shards, scan_iterations,
+                                       shard_key)
 
 __all__ = ["LoopState", "OnPolicySync", "SyncLoop", "make_sync_loop"]
 
@@ -58,6 +59,7 @@ def make_sync_loop(
     on_eval: Callable[[EvalPayload, Any], None] | None,
     num_agents: int = 1,
     batched_updates: bool = False,
+    axis_name: str | None = None,
 ) -> SyncLoop:
     """Build `init(key, handle, first_obs)` and the jitted `run(state, num_iterations)`.
 
@@ -73,11 +75,16 @@ def make_sync_loop(
     (but for observation statistics, whose vmapped sums XLA may order differently).
     `batched_updates` vmaps the updates too (faster where the update is batch-bound, on an
     accelerator; equal to the single loop only up to floating-point reassociation).
+
+    With `axis_name`, the loop is one data-parallel shard's, to be run inside `shard_map` over that
+    axis (`schedules.data_parallel`): `env` steps the shard's envs, keys are folded with the shard's
+    index, `algo` averages gradients over the shards and `options` reduces observation statistics
+    over them, and a call returns the shards' mean metrics and summed episode statistics.
     """
     per_agent = agents_map(num_agents)
     learn = agents_map(num_agents, sequential=not batched_updates)
     collect = make_collect(env, options, algo.rollout_length, num_agents)
-    requests = EvalRequests(on_eval, eval_every_iterations)
+    requests = EvalRequests(on_eval, eval_every_iterations, axis_name)
 
     def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> LoopState:
         algo_key, loop_key = per_agent(lambda k: tuple(jax.random.split(k)))(key)
@@ -91,17 +98,18 @@ def make_sync_loop(
 
     def iteration(state: LoopState) -> tuple[LoopState, dict[str, jax.Array], EpisodeStats]:
         key, rollout_key, update_key = per_agent(lambda k: tuple(jax.random.split(k, 3)))(state.key)
-        state, transitions, finished = rollout(state, rollout_key)
+        state, transitions, finished = rollout(state, shard_key(rollout_key, axis_name))
         last_obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(state.env._replace(handle=None))
         with jax.named_scope(phases.UPDATE):
             update = learn(algo.update, in_axes=(0, Rollout(1, 0), 0))  # transitions are [T, N, E, ...]
-            algo_state, metrics = update(state.algo, Rollout(transitions, last_obs), update_key)
+            algo_state, metrics = update(state.algo, Rollout(transitions, last_obs), shard_key(update_key, axis_name))
         state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
         requests.from_program(state.iteration, EvalPayload(per_agent(algo.policy_params)(algo_state), state.env.obs_moments))
         return state, metrics, finished
 
     def run(state: LoopState, num_iterations: jax.Array) -> tuple[LoopState, CallMetrics]:
         state, metrics, stats = scan_iterations(iteration, state, num_iterations, iterations_per_call)
+        metrics, stats = across_shards(axis_name, metrics, stats)
         return state, CallMetrics(metrics, stats, jnp.minimum(num_iterations, iterations_per_call))
 
     return SyncLoop(

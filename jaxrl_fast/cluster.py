@@ -1,0 +1,169 @@
+"""The processes of a run: `jax.distributed`, started before anything touches a backend.
+
+A run is one process, or N processes (one per host under SLURM or by hand, or N on one host
+through `python -m jaxrl_fast.launch`) that train one data-parallel program over the devices of
+all of them (`schedules.data_parallel`). Process 0 owns the run directory; every process runs the
+same training calls, checkpoints and stops in the same order, since each is a collective.
+
+Faults: XLA's CPU collectives (gloo) and the coordination service have no timeout a program can
+catch everywhere, so a process that fails must leave at once (`os._exit`, skipping the shutdown
+barrier that would hold its peers for `--distributed-timeout-s`). Its peers then fail in their
+next collective, or are stopped by the coordination service within the heartbeat timeout; the
+launcher (or SLURM's `--kill-on-bad-exit`) stops whatever is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any, Sequence
+
+DEFAULT_TIMEOUT_S = 60
+HOST_PROCESSES_ENV = "JAXRL_FAST_HOST_PROCESSES"  # processes on this host, set by the launcher (EnvPool threads)
+
+
+class ClusterError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """How this process joins its run: alone (`num_processes` 1), by explicit flags, or by what
+    JAX detects (SLURM, `JAX_COORDINATOR_ADDRESS`, Open MPI, ...: `auto`)."""
+
+    num_processes: int = 1
+    process_id: int = 0
+    coordinator: str | None = None
+    timeout_s: int = DEFAULT_TIMEOUT_S
+    auto: bool = False
+
+    @property
+    def distributed(self) -> bool:
+        return self.num_processes > 1 or self.auto
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--coordinator-address", help="host:port of process 0 (jax.distributed)")
+    parser.add_argument("--num-processes", type=int, help="processes of the run (all hosts)")
+    parser.add_argument("--process-id", type=int, help="this process's index, 0 .. num_processes - 1")
+    parser.add_argument("--distributed-timeout-s", type=int, default=DEFAULT_TIMEOUT_S,
+                        help="seconds to join the run, and after which a silent process counts as lost")
+
+
+def split_flags(argv: Sequence[str]) -> tuple[Cluster, list[str]]:
+    """The cluster flags of a command line (`add_flags`), and the rest of it, which is the run's.
+    Without them, a SLURM job step of several tasks or `JAX_COORDINATOR_ADDRESS` joins by detection."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_flags(parser)
+    known, rest = parser.parse_known_args(list(argv))
+    return cluster_of(known, os.environ), rest
+
+
+def cluster_of(known: argparse.Namespace, environ: Any) -> Cluster:
+    explicit = (known.coordinator_address, known.num_processes, known.process_id)
+    if known.distributed_timeout_s <= 0:
+        raise ClusterError(f"--distributed-timeout-s must be positive, got {known.distributed_timeout_s}")
+    if any(value is not None for value in explicit):
+        if None in explicit:
+            raise ClusterError("--coordinator-address, --num-processes and --process-id go together "
+                               "(or none of them: SLURM and JAX_COORDINATOR_ADDRESS are detected)")
+        if known.num_processes < 1 or not 0 <= known.process_id < known.num_processes:
+            raise ClusterError(f"--process-id must be in 0 .. {known.num_processes - 1} and --num-processes at "
+                               f"least 1; got {known.process_id} of {known.num_processes}")
+        if ":" not in known.coordinator_address:
+            raise ClusterError(f"--coordinator-address must be host:port, got {known.coordinator_address!r}")
+        return Cluster(known.num_processes, known.process_id, known.coordinator_address, known.distributed_timeout_s)
+    detected = int(environ.get("SLURM_NTASKS", "1")) > 1 or "JAX_COORDINATOR_ADDRESS" in environ
+    return Cluster(timeout_s=known.distributed_timeout_s, auto=detected)
+
+
+def initialize(cluster: Cluster) -> None:
+    """Join the run's processes (nothing to do alone). Must come before anything touches a JAX
+    backend: JAX would otherwise start as a single process without a word (jax#12258)."""
+    if not cluster.distributed:
+        return
+    import jax
+
+    timeouts = dict(initialization_timeout=cluster.timeout_s, heartbeat_timeout_seconds=cluster.timeout_s,
+                    shutdown_timeout_seconds=cluster.timeout_s)
+    if cluster.auto:
+        jax.distributed.initialize(**timeouts)
+    else:
+        jax.distributed.initialize(cluster.coordinator, cluster.num_processes, cluster.process_id,
+                                   cluster_detection_method="deactivate", **timeouts)
+
+
+def joined() -> bool:
+    """Whether this process has joined a distributed run (`initialize` returned)."""
+    import jax
+
+    return jax.distributed.is_initialized()
+
+
+def process_index() -> int:
+    import jax
+
+    return jax.process_index()
+
+
+def is_primary() -> bool:
+    """Process 0: the one that writes the run directory and evaluates."""
+    return process_index() == 0
+
+
+def describe(cluster: Cluster) -> dict[str, Any]:
+    """config.json's `distributed` record."""
+    import jax
+
+    from jaxrl_fast.placement import describe_devices
+
+    return {"num_processes": jax.process_count(), "coordinator": cluster.coordinator or "detected",
+            "devices": describe_devices()}
+
+
+def any_process(*flags: bool) -> tuple[bool, ...]:
+    """Each flag, true if it is true in any process (a collective: all processes call it in step)."""
+    import jax
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return flags
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.asarray(flags, np.int32))
+    return tuple(bool(value) for value in np.asarray(gathered).reshape(-1, len(flags)).max(axis=0))
+
+
+def host_processes() -> int:
+    """Processes sharing this host's cores (the launcher says; 1 otherwise)."""
+    return max(1, int(os.environ.get(HOST_PROCESSES_ENV, "1")))
+
+
+PEER_LOST = ("Gloo", "Connection closed by peer", "heartbeat", "DEADLINE_EXCEEDED", "UNAVAILABLE")
+
+
+def failure_text(error: BaseException) -> str:
+    """One line for an error that ends a process of a distributed run."""
+    text = f"{type(error).__name__}: {error}".splitlines()[0]
+    if any(marker in text for marker in PEER_LOST):
+        return f"another process of the run stopped or became unreachable ({text[:200]})"
+    return text
+
+
+def leave(code: int, message: str | None = None) -> None:
+    """End this process of a distributed run now: print `message`, flush, and `os._exit`, skipping
+    the atexit shutdown barrier, which would hold every peer for the timeout."""
+    if message:
+        print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def shutdown() -> None:
+    """The clean end of a distributed run: every process reaches it, then leaves."""
+    import jax
+
+    jax.distributed.shutdown()

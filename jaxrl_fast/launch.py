@@ -1,0 +1,176 @@
+"""`python -m jaxrl_fast.launch --num-processes N -- <train flags>`: one run of N processes on this
+machine, joined over loopback through `jax.distributed` (XLA's gloo collectives on CPUs).
+
+Each process is `python -m jaxrl_fast.train <train flags>` with the cluster flags added, one CPU
+device each (a `--xla_force_host_platform_device_count` in XLA_FLAGS is dropped for them), and
+its share of the envs. The launcher:
+
+* gives every process the same `--run-dir` (a new one under runs/ when the flags name none);
+* forwards SIGINT and SIGTERM to every process: they stop together and write a final checkpoint;
+* exits with the first failure: when a process exits with an error, or is killed, the others are
+  stopped (they could wait on it in a collective for ever) and the launcher exits with its status;
+* stops processes still running `--distributed-timeout-s` after the first one ended;
+* dies with its processes: they are killed if it is (Linux), so `--resume RUN_DIR` can continue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+from jaxrl_fast.cluster import DEFAULT_TIMEOUT_S, HOST_PROCESSES_ENV
+
+PROG = "python -m jaxrl_fast.launch"
+KILL_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+
+
+def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(prog=PROG, description="Train one run over N processes on this machine "
+                                     "(jax.distributed over loopback). Flags after -- are python -m jaxrl_fast.train's.")
+    parser.add_argument("--num-processes", type=int, required=True, help="processes to start (2 or more)")
+    parser.add_argument("--port", type=int, default=0, help="the coordinator's port (0: a free one)")
+    parser.add_argument("--distributed-timeout-s", type=int, default=DEFAULT_TIMEOUT_S,
+                        help="joining, a silent process, and the wait for the rest after one has ended")
+    known = parser.parse_args(argv[:split])
+    if known.num_processes < 2:
+        parser.error(f"--num-processes must be 2 or more, got {known.num_processes} (one process: python -m jaxrl_fast.train)")
+    if known.distributed_timeout_s <= 0:
+        parser.error(f"--distributed-timeout-s must be positive, got {known.distributed_timeout_s}")
+    train_flags = argv[split + 1:]
+    for flag in ("--coordinator-address", "--num-processes", "--process-id", "--distributed-timeout-s"):
+        if any(arg == flag or arg.startswith(flag + "=") for arg in train_flags):
+            parser.error(f"{flag} is the launcher's to give; leave it out of the training flags")
+    return known, train_flags
+
+
+def with_run_dir(train_flags: list[str]) -> list[str]:
+    """The flags with a --run-dir every process shares: the given one, or a new default."""
+    if any(arg.split("=")[0] in ("--run-dir", "--resume") for arg in train_flags):
+        return train_flags
+    from jaxrl_fast.config import TrainConfig
+    from jaxrl_fast.metrics import default_run_dir
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--env", default=TrainConfig.env)
+    pre.add_argument("--algo", default=TrainConfig.algo)
+    pre.add_argument("--seed", type=int, default=TrainConfig.seed)
+    known, _ = pre.parse_known_args(train_flags)
+    return [*train_flags, "--run-dir", str(default_run_dir(known.env, known.algo, known.seed))]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def worker_environment(num_processes: int) -> dict[str, str]:
+    """One CPU device per process (as on a host of its own), and how many processes share the cores."""
+    env = dict(os.environ)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    env[HOST_PROCESSES_ENV] = str(num_processes)
+    return env
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the launcher dies (Linux's PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+
+
+def describe_exit(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+
+
+class Launcher:
+    def __init__(self, num_processes: int, port: int, timeout_s: int, train_flags: list[str]):
+        self.num_processes, self.timeout_s = num_processes, timeout_s
+        address = f"127.0.0.1:{port or free_port()}"
+        env = worker_environment(num_processes)
+        self.children = [
+            subprocess.Popen([sys.executable, "-m", "jaxrl_fast.train", *train_flags, "--coordinator-address", address,
+                              "--num-processes", str(num_processes), "--process-id", str(index),
+                              "--distributed-timeout-s", str(timeout_s)],
+                             env=env, start_new_session=True, preexec_fn=die_with_parent)  # signals come from here only
+            for index in range(num_processes)
+        ]
+        self.signals = 0
+
+    def forward(self, signum: int, _frame: object) -> None:
+        """The first signal asks every process to stop (they checkpoint); a second one, to stop at once."""
+        self.signals += 1
+        for child in self.running():
+            child.send_signal(signal.SIGINT if self.signals == 1 else signal.SIGTERM)
+        if self.signals >= 3:
+            self.stop_all()
+
+    def running(self) -> list[subprocess.Popen]:
+        return [child for child in self.children if child.poll() is None]
+
+    def stop_all(self) -> None:
+        for child in self.running():
+            child.terminate()
+        deadline = time.monotonic() + KILL_GRACE_S
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for child in self.running():
+            child.kill()
+        for child in self.children:
+            child.wait()
+
+    def wait(self) -> int:
+        """The run's status: every process's when they agree, else the first failure's."""
+        first_end: float | None = None
+        while self.running():
+            failed = [(index, child.returncode) for index, child in enumerate(self.children)
+                      if child.returncode not in (None, 0, 130)]
+            if failed:
+                index, code = failed[0]
+                print(f"launch: process {index} {describe_exit(code)}; stopping the others", file=sys.stderr, flush=True)
+                self.stop_all()
+                return code if code > 0 else 128 - code
+            if first_end is None and len(self.running()) < len(self.children):
+                first_end = time.monotonic()
+            if first_end is not None and time.monotonic() - first_end > self.timeout_s:
+                late = [index for index, child in enumerate(self.children) if child.poll() is None]
+                print(f"launch: process(es) {late} still running {self.timeout_s} s after another ended; stopping them",
+                      file=sys.stderr, flush=True)
+                self.stop_all()
+                return 1
+            time.sleep(0.1)
+        codes = [child.returncode for child in self.children]
+        bad = [code for code in codes if code not in (0, 130)]
+        if bad:
+            index = codes.index(bad[0])
+            print(f"launch: process {index} {describe_exit(bad[0])}", file=sys.stderr, flush=True)
+            return bad[0] if bad[0] > 0 else 128 - bad[0]
+        return 130 if 130 in codes else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    known, train_flags = parse(sys.argv[1:] if argv is None else argv)
+    launcher = Launcher(known.num_processes, known.port, known.distributed_timeout_s, with_run_dir(train_flags))
+    signal.signal(signal.SIGINT, launcher.forward)
+    signal.signal(signal.SIGTERM, launcher.forward)
+    return launcher.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

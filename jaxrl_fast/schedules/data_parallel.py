@@ -1,0 +1,166 @@
+"""Data parallelism: the `sync` program of one shard, run on every device of a mesh that may span
+processes and hosts (`jax.distributed`, `jaxrl_fast.cluster`).
+
+A shard is one device with its own EnvPool (its slice of `--num-envs`, seeded as the one-pool run
+seeds those envs), its own rollout or replay buffer, and a copy of the parameters. One
+`shard_map` over the mesh axis `data` runs the fused loop of `sync.make_sync_loop` or
+`offpolicy.fused_loop` built for a shard: gradients are averaged over the shards before every
+optimizer step (`algos.base.mean_over_shards`), observation and reward statistics are reduced over
+them (`EnvOptions.axis_name`), and a call returns the shards' mean metrics and summed episode
+statistics. So the copies of the parameters stay equal, and the whole run is one program whatever
+the processes: 2 processes of 1 device run exactly the program 1 process of 2 devices runs.
+
+Every leaf of the run state carries a leading shard axis, sharded over `data` (the parameters'
+copies are equal along it). A shard sees its own slice, squeezed. In one process with several
+devices, each shard steps its own pool through `lax.switch` on its index: EnvPool's XLA call
+names its pool in the compiled program, so one call cannot step different pools on different
+devices.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxrl_fast.acting import EvalPayload
+from jaxrl_fast.config import family
+from jaxrl_fast.plan import run_off_policy_plan
+from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
+from jaxrl_fast.schedules.offpolicy import checkpointed_fields, fused_loop
+from jaxrl_fast.schedules.sync import make_sync_loop
+from jaxrl_fast.sharding import AXIS, global_array, local_copy
+
+__all__ = ["DataParallelSync"]
+
+
+def own(tree: Any) -> Any:
+    """A shard's slice of the state, without the shard axis."""
+    return jax.tree.map(lambda x: x[0], tree)
+
+
+def stacked(tree: Any) -> Any:
+    """A shard's state with the shard axis put back."""
+    return jax.tree.map(lambda x: x[None], tree)
+
+
+class ShardProgram(NamedTuple):
+    """The shard loop's functions as jitted programs over the mesh (global arrays in and out)."""
+
+    init: Callable  # (seed, handle [S, ...], first obs [S, E, ...]) -> state [S, ...]
+    warmup: Callable | None  # off-policy: state -> (state, episode statistics)
+    run: Callable  # (state, iterations) -> (state, *what the loop's call returns)
+
+
+class DataParallelSync(ScheduleBase):
+    """The `sync` schedule over the mesh mode `data` places: PPO and PQN's fused loop, or the
+    off-policy family's, one shard per device."""
+
+    def __init__(self, ctx: Context):
+        self.ctx, config, placement = ctx, ctx.config, ctx.placement
+        if config.schedule != "sync" or config.num_seeds != 1:
+            raise ValueError("data parallelism (--data-parallel, or several processes) runs the sync schedule "
+                             f"with one seed; got --schedule {config.schedule}, --num-seeds {config.num_seeds}")
+        self.mesh = Mesh(np.asarray(placement.actor), (AXIS,))
+        self.sharded = NamedSharding(self.mesh, PartitionSpec(AXIS))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.on_policy = family(config) == "on_policy"
+        options = ctx.options._replace(axis_name=AXIS)
+        plan = ctx.plan
+        if self.on_policy:
+            loop = make_sync_loop(ctx.algo, ctx.env, options, plan.iterations_per_call, plan.eval_every_iterations,
+                                  ctx.on_eval, axis_name=AXIS)
+            self.fields = ("algo", "key", "iteration", "obs_moments", "reward_scale")
+            self.program = self.shard_program(loop.init, None, lambda s, n: loop.run(s, n), 1)
+        else:
+            shard_plan = run_off_policy_plan(config)
+            shard_plan = shard_plan._replace(batch_size=shard_plan.batch_size // placement.shards)
+            requests = EvalRequests(ctx.on_eval, plan.eval_every_iterations, AXIS)
+            loop = fused_loop(ctx.algo, ctx.env, options, shard_plan, placement, plan.iterations_per_call, requests,
+                              axis_name=AXIS)
+            self.fields = checkpointed_fields(config)
+            self.program = self.shard_program(loop.init, loop.warmup, loop.run, 2)
+        self.loop = loop
+        self.gather = jax.jit(lambda tree: tree, out_shardings=self.replicated)
+
+    def shard_program(self, init: Callable, warmup: Callable | None, run: Callable, run_outputs: int) -> ShardProgram:
+        """`shard_map`s of the shard loop's functions: state in and out with the shard axis, keys and
+        counts replicated, what a call reduces over the shards replicated."""
+        over = lambda f, ins, outs: jax.shard_map(f, mesh=self.mesh, in_specs=ins, out_specs=outs,  # noqa: E731
+                                                  check_vma=False)
+        shard, same = PartitionSpec(AXIS), PartitionSpec()
+
+        def init_shard(seed, handle, obs):
+            return stacked(init(jax.random.key(seed), own(handle), own(obs)))
+
+        def warmup_shard(state):
+            state, stats = warmup(own(state))
+            return stacked(state), stats
+
+        def run_shard(state, n):
+            state, *reduced = run(own(state), n)
+            return (stacked(state), *reduced)
+
+        return ShardProgram(
+            init=jax.jit(over(init_shard, (same, shard, shard), shard)),
+            warmup=jax.jit(over(warmup_shard, (shard,), (shard, same)), donate_argnums=0) if warmup else None,
+            run=jax.jit(over(run_shard, (shard, same), (shard, *(same,) * run_outputs)), donate_argnums=0),
+        )
+
+    def start(self, restored: Any | None) -> float:
+        config, env = self.ctx.config, self.ctx.env
+        begin = time.perf_counter()
+        self.state = self.program.init(global_array(np.int32(config.seed), self.replicated), env.handle(), env.reset())
+        if restored is not None:
+            shards = restored.meta["schedule"].get("shards")
+            if shards != self.mesh.size:
+                raise ValueError(f"the checkpoint at step {restored.step:,d} holds {shards or 'no'} data-parallel shards; "
+                                 f"this run has {self.mesh.size} (resume with as many processes and devices)")
+            template = jax.tree.map(local_copy, self.snapshot().state)
+            saved = global_array(restored.into(template), self.sharded)
+            if self.on_policy:
+                env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+                self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
+                                                 env=env_carry)
+            else:
+                self.state = self.state._replace(**saved)
+        if not self.on_policy and (restored is None or not config.checkpoint_replay):
+            self.state, _ = self.program.warmup(self.state)  # an empty buffer: random actions fill it
+        self.state, *_ = self.program.run(self.state, self.count(0))  # compiles the training program
+        jax.block_until_ready(self.state)
+        return time.perf_counter() - begin
+
+    def count(self, n: int) -> jax.Array:
+        return global_array(np.int32(n), self.replicated)
+
+    def run(self, n: int) -> CallResult:
+        if self.on_policy:
+            self.state, metrics = self.program.run(self.state, self.count(n))
+            metrics, episodes = metrics.train, metrics.episodes
+        else:
+            self.state, metrics, episodes = self.program.run(self.state, self.count(n))
+        return CallResult(*jax.device_get((metrics, episodes)))
+
+    def snapshot(self) -> Snapshot:
+        """The state every shard holds, gathered into a copy on every device (a collective: every
+        process calls it at the same point), so that process 0 can write all of it."""
+        state = self.state
+        if self.on_policy:
+            fields = {"algo": state.algo, "key": state.key, "iteration": state.iteration,
+                      "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
+        else:
+            fields = {name: getattr(state, name) for name in self.fields}
+        return Snapshot(self.gather(fields), {"shards": self.mesh.size})
+
+    def eval_payload(self) -> EvalPayload:
+        """The first local shard's policy (every shard's copy is the same), on the host."""
+        first = lambda tree: jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0], tree)  # noqa: E731
+        state = self.state
+        policy = self.ctx.algo.policy_params(state.algo) if self.on_policy else self.loop.acting_params(state)
+        return EvalPayload(first(policy), first(state.env.obs_moments))
+
+    def describe(self) -> dict[str, Any]:
+        return self.ctx.placement.describe() | {"shards": self.mesh.size, "processes": jax.process_count()}

@@ -1,0 +1,180 @@
+"""Runs of several processes (`jax.distributed` over loopback, gloo collectives on the CPU), started
+by `python -m jaxrl_fast.launch`, against the same program in one process of two XLA CPU devices."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxrl_fast.checkpoint import Checkpointer, latest_step
+from jaxrl_fast.cluster import Cluster, ClusterError, split_flags
+from jaxrl_fast.launch import worker_environment, with_run_dir
+from jaxrl_fast.metrics import read_metrics
+from jaxrl_fast.train import parse_args
+from jaxrl_fast.trainer import train
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def launch(*flags, processes=2, timeout_s=20):
+    """The launcher's command line for a run of `processes` processes."""
+    return [sys.executable, "-m", "jaxrl_fast.launch", "--num-processes", str(processes),
+            "--distributed-timeout-s", str(timeout_s), "--", *flags]
+
+
+def run_launcher(*flags, timeout=300):
+    return subprocess.run(launch(*flags), capture_output=True, text=True, timeout=timeout)
+
+
+def saved_state(run_dir):
+    """The checkpoint's step and arrays, by tree path."""
+    restored = Checkpointer(Path(run_dir), 2).restore()
+    paths = restored.meta["paths"]
+    return restored.step, {paths[int(key)]: np.asarray(value) for key, value in restored.state.items()}
+
+
+def one_process_of_two_devices(run_dir, argv):
+    """The reference: the same data-parallel program in this process, over its two XLA CPU devices."""
+    train(parse_args([*argv, "--data-parallel", "--run-dir", str(run_dir), "--progress", "off"]))
+
+
+def child_pids(run_dir, process_id=None):
+    """The training processes of the run in `run_dir` (or its process `process_id`)."""
+    found = subprocess.run(["pgrep", "-f", f"jaxrl_fast.train.*{run_dir}"], capture_output=True, text=True).stdout.split()
+    pids = []
+    for pid in map(int, found):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if process_id is None or str(process_id).encode() == argv[argv.index(b"--process-id") + 1]:
+            pids.append(pid)
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [
+    # PPO with both statistics on (observation moments and the return's std are reduced over the shards)
+    ["--env", "CartPole-v1", "--algo", "ppo", "--total-steps", "3072", "--num-envs", "8", "--ppo.num-steps", "128",
+     "--normalize-observations", "--scale-rewards", "--eval-interval", "0", "--log-interval", "1024"],
+    # SAC: each shard's own replay buffer, a shard's half of every batch
+    ["--env", "Pendulum-v1", "--algo", "sac", "--total-steps", "1200", "--num-envs", "2", "--sac.learning-starts", "400",
+     "--sac.batch-size", "64", "--eval-interval", "0", "--log-interval", "400"],
+], ids=["ppo", "sac"])
+def test_two_processes_of_one_device_train_the_parameters_one_process_of_two_devices_trains(tmp_path, argv):
+    one_process_of_two_devices(tmp_path / "one", argv)
+    proc = run_launcher(*argv, "--run-dir", str(tmp_path / "two"), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["distributed"]["num_processes"] == 2 and len(config["distributed"]["devices"]) == 2
+    assert config["placement"]["mode"] == "data" and config["train_config"]["data_parallel"]
+    assert not (tmp_path / "two" / "process_1").exists()  # process 0 alone writes the run directory
+    step_one, one = saved_state(tmp_path / "one")
+    step_two, two = saved_state(tmp_path / "two")
+    assert step_one == step_two == int(argv[argv.index("--total-steps") + 1])
+    assert one.keys() == two.keys()
+    for key in one:  # the same program on the same global batch: equal to the last bit
+        np.testing.assert_array_equal(one[key], two[key], err_msg=key)
+    learner = [value for path, value in two.items() if path.startswith(("['algo']", "['actor']", "['critic']"))]
+    assert learner and all(np.array_equal(value[0], value[1]) for value in learner)  # the shards' copies stayed equal
+
+
+@pytest.mark.slow
+def test_a_two_process_run_killed_with_its_launcher_resumes_and_reaches_475(tmp_path):
+    run_dir = tmp_path / "run"
+    flags = ["--env", "CartPole-v1", "--algo", "ppo", "--total-steps", "81920", "--checkpoint-interval", "10240",
+             "--eval-interval", "10240", "--target-return", "475", "--run-dir", str(run_dir), "--progress", "off"]
+    launcher = subprocess.Popen(launch(*flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: latest_step(run_dir) is not None, 180)
+    finally:
+        launcher.kill()  # kill -9: no signal reaches its processes but the kernel's
+    assert launcher.wait() == -signal.SIGKILL  # killed while training, not after the run ended
+    wait_for(lambda: not child_pids(run_dir), 30)  # its processes die with it
+    saved = latest_step(run_dir)
+    proc = run_launcher("--resume", str(run_dir), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["resumed"][0]["from_step"] >= saved
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_eval_return_mean"] >= 475, summary
+    assert summary["target_step"] is not None
+    steps = [line["step"] for line in read_metrics(run_dir / "metrics.jsonl") if "sps" in line]
+    assert steps == sorted(set(steps))  # the log goes on from the checkpoint, without repeated lines
+
+
+@pytest.mark.slow
+def test_a_killed_process_ends_the_run_with_an_error_and_leaves_no_process(tmp_path):
+    run_dir = tmp_path / "run"
+    flags = ["--env", "CartPole-v1", "--total-steps", "5000000", "--run-dir", str(run_dir), "--progress", "off",
+             "--eval-interval", "0"]
+    launcher = subprocess.Popen(launch(*flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and read_metrics(run_dir / "metrics.jsonl"), 180)
+        victim, = child_pids(run_dir, process_id=1)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert time.monotonic() - killed < 30
+    assert launcher.returncode != 0
+    assert "launch: process 1 was killed by SIGKILL" in stderr
+    wait_for(lambda: not child_pids(run_dir), 15)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-envs", "3"], "error: --num-envs 3 does not split over 2 processes"),
+    (["--schedule", "concurrent"], "error: --data-parallel (and a run of several processes) runs the sync schedule"),
+    (["--num-seeds", "2"], "error: --data-parallel trains one agent over every device"),
+])
+def test_bad_input_is_refused_by_every_process_alike_before_they_join(tmp_path, flags, message):
+    proc = run_launcher(*flags, "--run-dir", str(tmp_path / "run"), timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [message + errors[0][len(message):]] * 2, proc.stderr  # one line from each, the same
+    assert not (tmp_path / "run").exists()
+
+
+def test_cluster_flags_explicit_detected_or_refused():
+    cluster, rest = split_flags(["--env", "CartPole-v1", "--coordinator-address", "10.0.0.1:1234", "--num-processes", "4",
+                                 "--process-id", "3"])
+    assert cluster == Cluster(4, 3, "10.0.0.1:1234", 60) and rest == ["--env", "CartPole-v1"] and cluster.distributed
+    for argv in (["--num-processes", "2"], ["--coordinator-address", "h:1", "--num-processes", "2", "--process-id", "2"],
+                 ["--coordinator-address", "h", "--num-processes", "2", "--process-id", "0"],
+                 ["--distributed-timeout-s", "0"]):
+        with pytest.raises(ClusterError):
+            split_flags(argv)
+
+
+def test_cluster_detection_from_slurm_and_jax_variables(monkeypatch):
+    for name in ("SLURM_NTASKS", "JAX_COORDINATOR_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    assert not split_flags([])[0].distributed
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    assert not split_flags([])[0].distributed  # one task is a single process
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    assert split_flags([])[0].auto
+    monkeypatch.delenv("SLURM_NTASKS")
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
+    assert split_flags([])[0].auto
+
+
+def test_the_launcher_gives_its_processes_one_device_and_one_run_directory(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=false")
+    env = worker_environment(2)
+    assert env["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false" and env["JAXRL_FAST_HOST_PROCESSES"] == "2"
+    flags = with_run_dir(["--env", "Pendulum-v1", "--algo", "sac"])
+    assert flags[-2] == "--run-dir" and "Pendulum-v1__sac__0__" in flags[-1]
+    assert with_run_dir(["--run-dir", "x"]) == ["--run-dir", "x"]
