@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -169,6 +168,21 @@ def join_agents(template: dict[str, Any], agents: list[dict[str, Any]]) -> dict[
     return joined
 
 
+def host_copy(tree: Any) -> Any:
+    """`jax.device_get` of a tree whose arrays may span processes (a data-parallel run's per-shard
+    state): each such array is gathered from every process first, a collective that every process
+    of the run calls at the same point (they checkpoint and check alike)."""
+
+    def local(x: Any) -> Any:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return x
+
+    return jax.device_get(jax.tree.map(local, tree))
+
+
 def nonfinite_leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
     """Tree paths and values of floating-point leaves holding a NaN or an infinity (one device-to-host copy)."""
     leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
@@ -177,7 +191,7 @@ def nonfinite_leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
         return []
     # on the host: op by op on the device, each leaf's shape compiled programs of its own (a second of
     # start-up), and the parameters are small beside one training call
-    values = jax.device_get([x for _, x in leaves])
+    values = host_copy([x for _, x in leaves])
     return [(path, value) for (path, _), value in zip(leaves, values) if not np.isfinite(value).all()]
 
 
@@ -228,7 +242,7 @@ class Checkpointer:
         # Copies on the host before returning: the next training call donates (reuses) the buffers.
         flat, paths = flatten_state(state)
         policy_flat, policy_paths = flatten_state(policy)
-        flat, policy_flat = jax.tree.map(np.array, jax.device_get((flat, policy_flat)))
+        flat, policy_flat = jax.tree.map(np.array, host_copy((flat, policy_flat)))
         meta = dict(meta, step=int(step), paths=paths, policy_paths=policy_paths)
         quiet = _DropErrors()
         logging.getLogger("absl").addFilter(quiet)

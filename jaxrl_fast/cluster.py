@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 DEFAULT_TIMEOUT_S = 60
 HOST_PROCESSES_ENV = "JAXRL_FAST_HOST_PROCESSES"  # processes on this host, set by the launcher (EnvPool threads)
@@ -30,8 +30,8 @@ class ClusterError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
-    """How this process joins its run: alone (`num_processes` 1), by explicit flags, or by what
-    JAX detects (SLURM, `JAX_COORDINATOR_ADDRESS`, Open MPI, ...: `auto`)."""
+    """How this process joins its run: alone (`num_processes` 1), by explicit flags or JAX_*
+    variables, or by what JAX's cluster detection reads (a SLURM job step, Open MPI: `auto`)."""
 
     num_processes: int = 1
     process_id: int = 0
@@ -54,7 +54,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def split_flags(argv: Sequence[str]) -> tuple[Cluster, list[str]]:
     """The cluster flags of a command line (`add_flags`), and the rest of it, which is the run's.
-    Without them, a SLURM job step of several tasks or `JAX_COORDINATOR_ADDRESS` joins by detection."""
+    Without them: `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID`, or a SLURM
+    job step (`srun`) or an Open MPI job of several tasks, detected by JAX."""
     parser = argparse.ArgumentParser(add_help=False)
     add_flags(parser)
     known, rest = parser.parse_known_args(list(argv))
@@ -63,6 +64,14 @@ def split_flags(argv: Sequence[str]) -> tuple[Cluster, list[str]]:
 
 def cluster_of(known: argparse.Namespace, environ: Any) -> Cluster:
     explicit = (known.coordinator_address, known.num_processes, known.process_id)
+    if all(value is None for value in explicit) and "JAX_COORDINATOR_ADDRESS" in environ:
+        try:
+            explicit = (environ["JAX_COORDINATOR_ADDRESS"], int(environ["JAX_NUM_PROCESSES"]), int(environ["JAX_PROCESS_ID"]))
+        except (KeyError, ValueError):
+            raise ClusterError("JAX_COORDINATOR_ADDRESS needs JAX_NUM_PROCESSES and JAX_PROCESS_ID (whole numbers) "
+                               "beside it") from None
+        known = argparse.Namespace(**vars(known))
+        known.coordinator_address, known.num_processes, known.process_id = explicit
     if known.distributed_timeout_s <= 0:
         raise ClusterError(f"--distributed-timeout-s must be positive, got {known.distributed_timeout_s}")
     if any(value is not None for value in explicit):
@@ -75,13 +84,18 @@ def cluster_of(known: argparse.Namespace, environ: Any) -> Cluster:
         if ":" not in known.coordinator_address:
             raise ClusterError(f"--coordinator-address must be host:port, got {known.coordinator_address!r}")
         return Cluster(known.num_processes, known.process_id, known.coordinator_address, known.distributed_timeout_s)
-    detected = int(environ.get("SLURM_NTASKS", "1")) > 1 or "JAX_COORDINATOR_ADDRESS" in environ
-    return Cluster(timeout_s=known.distributed_timeout_s, auto=detected)
+    # a job step's task count (`srun`): SLURM_NTASKS is also set in a batch script's own shell
+    tasks = max(int(environ.get("SLURM_STEP_NUM_TASKS", "1")), int(environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+    return Cluster(timeout_s=known.distributed_timeout_s, auto=tasks > 1)
+
+
+_INDEX: int | None = None  # this process's index, once it has joined (read without touching JAX again)
 
 
 def initialize(cluster: Cluster) -> None:
     """Join the run's processes (nothing to do alone). Must come before anything touches a JAX
     backend: JAX would otherwise start as a single process without a word (jax#12258)."""
+    global _INDEX
     if not cluster.distributed:
         return
     import jax
@@ -93,19 +107,18 @@ def initialize(cluster: Cluster) -> None:
     else:
         jax.distributed.initialize(cluster.coordinator, cluster.num_processes, cluster.process_id,
                                    cluster_detection_method="deactivate", **timeouts)
-
-
-def joined() -> bool:
-    """Whether this process has joined a distributed run (`initialize` returned)."""
-    import jax
-
-    return jax.distributed.is_initialized()
+    _INDEX = jax.process_index()
 
 
 def process_index() -> int:
     import jax
 
     return jax.process_index()
+
+
+def name(cluster: Cluster) -> str:
+    """`process I` for messages: the index it joined with, or the one it was given."""
+    return f"process {_INDEX if _INDEX is not None else cluster.process_id}"
 
 
 def is_primary() -> bool:
@@ -152,7 +165,7 @@ def failure_text(error: BaseException) -> str:
     return text
 
 
-def leave(code: int, message: str | None = None) -> None:
+def leave(code: int, message: str | None = None) -> NoReturn:
     """End this process of a distributed run now: print `message`, flush, and `os._exit`, skipping
     the atexit shutdown barrier, which would hold every peer for the timeout."""
     if message:
@@ -162,8 +175,16 @@ def leave(code: int, message: str | None = None) -> None:
     os._exit(code)
 
 
-def shutdown() -> None:
-    """The clean end of a distributed run: every process reaches it, then leaves."""
-    import jax
+def finish(code: int) -> NoReturn:
+    """The end of a distributed run in every process: wait for all of them (process 0 evaluates
+    and writes the summary after the last training call, which may take longer than the shutdown
+    timeout), then leave together with this process's status."""
+    try:
+        any_process(code != 0)
+        if code == 0:
+            import jax
 
-    jax.distributed.shutdown()
+            jax.distributed.shutdown()
+    except Exception as failure:  # noqa: BLE001  a peer that is gone: this process's status stands
+        print(f"warning: {failure_text(failure)}", file=sys.stderr)
+    leave(code)

@@ -1,16 +1,19 @@
 """`python -m jaxrl_fast.launch --num-processes N -- <train flags>`: one run of N processes on this
 machine, joined over loopback through `jax.distributed` (XLA's gloo collectives on CPUs).
 
-Each process is `python -m jaxrl_fast.train <train flags>` with the cluster flags added, one CPU
-device each (a `--xla_force_host_platform_device_count` in XLA_FLAGS is dropped for them), and
-its share of the envs. The launcher:
+Each process is `python -m jaxrl_fast.train <train flags>` with the cluster flags added, on the
+CPU with one device (a `--xla_force_host_platform_device_count` in XLA_FLAGS is dropped for them;
+processes sharing one GPU would gain nothing), and its share of the envs. The launcher:
 
-* gives every process the same `--run-dir` (a new one under runs/ when the flags name none);
-* forwards SIGINT and SIGTERM to every process: they stop together and write a final checkpoint;
-* exits with the first failure: when a process exits with an error, or is killed, the others are
-  stopped (they could wait on it in a collective for ever) and the launcher exits with its status;
-* stops processes still running `--distributed-timeout-s` after the first one ended;
-* dies with its processes: they are killed if it is (Linux), so `--resume RUN_DIR` can continue.
+* gives every process the same `--run-dir` (a new one under runs/ when the flags name none), and
+  binds the coordinator to loopback only;
+* forwards SIGINT and SIGTERM to every process as SIGINT: the first asks them to stop together
+  and write a final checkpoint, the second to stop at once; a third kills them;
+* exits with the first failure: when a process exits with an error, or is killed, the others get
+  `KILL_GRACE_S` to end by themselves (they fail in their next collective, and process 0 writes
+  the summary), then are killed: a live process can wait on a dead one in a collective for ever;
+* kills processes still running `--distributed-timeout-s` after another one ended;
+* takes its processes with it: they are killed if it is (Linux), so `--resume RUN_DIR` continues.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Sequence
 from jaxrl_fast.cluster import DEFAULT_TIMEOUT_S, HOST_PROCESSES_ENV
 
 PROG = "python -m jaxrl_fast.launch"
-KILL_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+KILL_GRACE_S = 10.0  # after a process failed: the others end by themselves in this time, or are killed
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -73,9 +76,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def worker_environment(num_processes: int) -> dict[str, str]:
-    """One CPU device per process (as on a host of its own), and how many processes share the cores."""
-    env = dict(os.environ)
+def worker_environment(num_processes: int, address: str = "127.0.0.1:0") -> dict[str, str]:
+    """One CPU device per process (as on a host of its own), how many processes share the cores, and
+    the coordinator bound to loopback (JAX binds it to every interface by default)."""
+    env = dict(os.environ, JAX_COORDINATOR_BIND_ADDRESS=address)
+    env.setdefault("JAX_PLATFORMS", "cpu")
     flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
     if flags:
         env["XLA_FLAGS"] = flags
@@ -102,8 +107,12 @@ def describe_exit(code: int) -> str:
 class Launcher:
     def __init__(self, num_processes: int, port: int, timeout_s: int, train_flags: list[str]):
         self.num_processes, self.timeout_s = num_processes, timeout_s
+        self.signals = 0
+        self.children: list[subprocess.Popen] = []
+        signal.signal(signal.SIGINT, self.forward)  # before the first child exists: none is missed
+        signal.signal(signal.SIGTERM, self.forward)
         address = f"127.0.0.1:{port or free_port()}"
-        env = worker_environment(num_processes)
+        env = worker_environment(num_processes, address)
         self.children = [
             subprocess.Popen([sys.executable, "-m", "jaxrl_fast.train", *train_flags, "--coordinator-address", address,
                               "--num-processes", str(num_processes), "--process-id", str(index),
@@ -111,23 +120,23 @@ class Launcher:
                              env=env, start_new_session=True, preexec_fn=die_with_parent)  # signals come from here only
             for index in range(num_processes)
         ]
-        self.signals = 0
 
     def forward(self, signum: int, _frame: object) -> None:
-        """The first signal asks every process to stop (they checkpoint); a second one, to stop at once."""
+        """The first signal asks every process to stop (they checkpoint); a second one, to stop at
+        once (a training process's second SIGINT); a third kills them."""
         self.signals += 1
         for child in self.running():
-            child.send_signal(signal.SIGINT if self.signals == 1 else signal.SIGTERM)
-        if self.signals >= 3:
-            self.stop_all()
+            if self.signals < 3:
+                child.send_signal(signal.SIGINT)
+            else:
+                child.kill()
 
     def running(self) -> list[subprocess.Popen]:
         return [child for child in self.children if child.poll() is None]
 
-    def stop_all(self) -> None:
-        for child in self.running():
-            child.terminate()
-        deadline = time.monotonic() + KILL_GRACE_S
+    def stop_all(self, grace_s: float = KILL_GRACE_S) -> None:
+        """The processes still running `grace_s` to end by themselves, then SIGKILL."""
+        deadline = time.monotonic() + grace_s
         while self.running() and time.monotonic() < deadline:
             time.sleep(0.1)
         for child in self.running():
@@ -152,7 +161,7 @@ class Launcher:
                 late = [index for index, child in enumerate(self.children) if child.poll() is None]
                 print(f"launch: process(es) {late} still running {self.timeout_s} s after another ended; stopping them",
                       file=sys.stderr, flush=True)
-                self.stop_all()
+                self.stop_all(grace_s=0)
                 return 1
             time.sleep(0.1)
         codes = [child.returncode for child in self.children]
@@ -166,10 +175,7 @@ class Launcher:
 
 def main(argv: Sequence[str] | None = None) -> int:
     known, train_flags = parse(sys.argv[1:] if argv is None else argv)
-    launcher = Launcher(known.num_processes, known.port, known.distributed_timeout_s, with_run_dir(train_flags))
-    signal.signal(signal.SIGINT, launcher.forward)
-    signal.signal(signal.SIGTERM, launcher.forward)
-    return launcher.wait()
+    return Launcher(known.num_processes, known.port, known.distributed_timeout_s, with_run_dir(train_flags)).wait()
 
 
 if __name__ == "__main__":

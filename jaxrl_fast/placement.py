@@ -1,7 +1,7 @@
 """Placement: the only module that decides on which device state and computation live.
 
-`resolve(config, env_steps_on_gpu)` computes one `Placement` per run, from the config and
-`jax.devices()`, and everything that places work (the schedules, calibration, the memory check)
+`resolve(config, env_steps_on_gpu)` computes one `Placement` per run, from the config and the
+devices (`jax.devices()`, and `jax.local_devices()` for this process's own), and everything that places work (the schedules, calibration, the memory check)
 reads it:
 
 * `acting`: where EnvPool's XLA step and the behaviour policy run: the host CPU unless EnvPool
@@ -64,6 +64,10 @@ class Placement:
     def _mesh(self, role: str) -> Mesh:
         return Mesh(np.asarray(getattr(self, role)), ("data",))
 
+    def mesh(self) -> Mesh:
+        """Mode `data`'s mesh: every shard's device along the axis `data`."""
+        return self._mesh("actor")
+
     @property
     def shards(self) -> int:
         """Data-parallel shards: the devices of the mesh mode `data` runs over (1 otherwise)."""
@@ -114,7 +118,7 @@ def resolve(config: Any, env_steps_on_gpu: bool = False, devices: list[jax.Devic
     devices = list(jax.devices()) if devices is None else devices
     acting = fused_loop_device(env_steps_on_gpu)
     if is_data_parallel(config):
-        return data_parallel(acting)
+        return data_placement(acting)
     if family(config) == "on_policy":
         learner = acting
         if config.schedule == "concurrent":  # a device of its own for the learner when there is one
@@ -135,7 +139,7 @@ def is_data_parallel(config: Any) -> bool:
     return config.data_parallel or jax.process_count() > 1
 
 
-def data_parallel(acting: jax.Device) -> Placement:
+def data_placement(acting: jax.Device) -> Placement:
     """Mode `data`: every device of the acting platform, of every process, holds a shard."""
     mesh = tuple(jax.devices(acting.platform))
     return Placement("data", acting, mesh, mesh, acting, host_device())

@@ -110,6 +110,16 @@ def env_threads(config: TrainConfig) -> int:
     return config.num_threads or min(config.num_envs * config.num_seeds, os.cpu_count() or 1)
 
 
+def shard_threads(config: TrainConfig, shards: int, local_shards: int) -> int:
+    """EnvPool threads of each pool of a data-parallel run: --num-threads, or the cores this process
+    may use (its CPU affinity, which SLURM sets per task) shared among its pools and the other
+    processes the launcher started on this host."""
+    from jaxrl_fast.cluster import host_processes
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return config.num_threads or max(1, min(config.num_envs // shards, cores // (local_shards * host_processes())))
+
+
 def make_plan(config: TrainConfig, algorithm: Any = None) -> Plan:
     """The run's sizes; `algorithm` (the built bundle) gives the update frames per iteration."""
     steps_per_iteration, warmup_steps = iteration_steps(config)

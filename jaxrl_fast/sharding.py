@@ -22,7 +22,7 @@ from jaxrl_fast.env import EnvSpec, Step, XlaEnv, make_xla_env
 
 AXIS = "data"  # the mesh axis the shards are laid along
 
-__all__ = ["AXIS", "ShardedEnv", "global_array", "is_key", "local_copy", "make_sharded_env", "shard_sizes_error"]
+__all__ = ["AXIS", "ShardedEnv", "global_array", "is_key", "local_shards", "make_sharded_env", "shard_sizes_error"]
 
 
 class ShardedEnv(NamedTuple):
@@ -54,6 +54,11 @@ class ShardedEnv(NamedTuple):
 
     def reset(self) -> jax.Array:
         return self.global_array([pool.reset() for pool in self.pools])
+
+
+def local_shards(where: Any) -> int:
+    """This process's shards of a data-parallel placement."""
+    return sum(device.process_index == jax.process_index() for device in where.actor)
 
 
 def make_sharded_env(env_id: str, num_envs: int, num_threads: int, seed: int, mesh: Mesh, **options: Any) -> ShardedEnv:
@@ -101,10 +106,3 @@ def global_array(tree: Any, sharding: NamedSharding) -> Any:
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
     return jax.tree.map(leaf, tree)
-
-
-def local_copy(x: jax.Array) -> Any:
-    """This process's copy of a replicated array: numpy, or a key on this process's default device."""
-    if is_key(x):
-        return jax.random.wrap_key_data(np.asarray(jax.random.key_data(x)), impl=jax.random.key_impl(x))
-    return np.asarray(x)

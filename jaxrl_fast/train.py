@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Sequence
 from jaxrl_fast.algos import ALGORITHMS, action_space_error
 from jaxrl_fast.config import ALGOS, OFF_POLICY, TrainConfig, algo_config, cli_config
 
+from jaxrl_fast.cluster import Cluster
+
 if TYPE_CHECKING:
-    from jaxrl_fast.cluster import Cluster
     from jaxrl_fast.env import EnvSpec
 
 PROG = "python -m jaxrl_fast.train"
@@ -267,8 +268,10 @@ def check_devices(config: TrainConfig) -> None:
     from jaxrl_fast.sharding import shard_sizes_error
 
     placement = resolve(config)
-    if placement.mode == "data" and shard_sizes_error(config, placement.shards):
-        raise ConfigError(shard_sizes_error(config, placement.shards))
+    if placement.mode == "data":
+        error = shard_sizes_error(config, placement.shards) or resumed_shards_error(config, placement.shards)
+        if error:
+            raise ConfigError(error)
     if config.algo not in OFF_POLICY:
         return
     spec = probe_spec(config.env, parse_env_kwargs(config.env_kwargs))
@@ -282,6 +285,24 @@ def check_devices(config: TrainConfig) -> None:
         check_fits(nbytes, device, f"--{config.algo}.buffer-size")
     except ReplayError as error:
         raise ConfigError(str(error)) from None
+
+
+def resumed_shards_error(config: TrainConfig, shards: int) -> str | None:
+    """Why a data-parallel `--resume` cannot restore its checkpoint over `shards` shards, or None:
+    the checkpoint holds each shard's envs and buffer, so the count must be the one it was saved with."""
+    import json
+
+    if config.resume is None:
+        return None
+    saved = json.loads((Path(config.resume) / "config.json").read_text())
+    if not saved["train_config"].get("data_parallel"):
+        return (f"--resume: {config.resume} was trained by one process without --data-parallel; resume it the same "
+                "way (python -m jaxrl_fast.train --resume RUN_DIR)")
+    before = saved.get("placement", {}).get("shards")
+    if before != shards:
+        return (f"--resume: {config.resume} was trained over {before} data-parallel shards (devices of all its "
+                f"processes); this run has {shards}: resume it with as many processes and devices")
+    return None
 
 
 def check_video(config: TrainConfig) -> None:
@@ -316,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(argv, stop)
 
 
-def check_cluster(config: TrainConfig, joined: "Cluster") -> TrainConfig:
+def check_cluster(config: TrainConfig, joined: Cluster) -> TrainConfig:
     """A distributed run's config: data-parallel, in a run directory every process names alike."""
     if not joined.distributed:
         return config
@@ -332,7 +353,7 @@ def check_cluster(config: TrainConfig, joined: "Cluster") -> TrainConfig:
 
 
 def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
-    from jaxrl_fast.cluster import ClusterError, split_flags
+    from jaxrl_fast import cluster
     from jaxrl_fast.env import EnvError
     from jaxrl_fast.metrics import RunDirError, check_run_dir, default_run_dir
     from jaxrl_fast.presets import PresetError
@@ -340,42 +361,66 @@ def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("jaxrl_fast").setLevel(logging.INFO)
     try:  # every process of a distributed run refuses bad input alike, before joining the others
-        joined, argv = split_flags(sys.argv[1:] if argv is None else argv)
+        joined, argv = cluster.split_flags(sys.argv[1:] if argv is None else argv)
         config = check_cluster(parse_args(argv), joined)
         if config.resume is None:
             check_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
-    except (ConfigError, ClusterError, EnvError, PresetError, RunDirError) as error:
+    except (ConfigError, cluster.ClusterError, EnvError, PresetError, RunDirError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not joined.distributed:
         return run_joined(config, stop, joined)
-    from jaxrl_fast import cluster
-
     try:
         cluster.initialize(joined)
         code = run_joined(config, stop, joined)
     except BaseException as failure:  # noqa: BLE001  a process that fails leaves at once (cluster's docstring)
-        cluster.leave(1, f"error: process {cluster.process_index() if cluster.joined() else joined.process_id}: "
-                         f"{cluster.failure_text(failure)}")
-    if code != 0:
-        cluster.leave(code)
-    cluster.shutdown()
-    return code
+        cluster.leave(1, f"error: {cluster.name(joined)}: {cluster.failure_text(failure)}")
+    cluster.finish(code)
 
 
-def run_joined(config: TrainConfig, stop: StopRequest, joined: "Cluster") -> int:
-    """The run, once this process has joined the others of a distributed run (or is alone)."""
+def agreed(refusal: str | None, joined: Cluster) -> str | None:
+    """A refusal any process of a distributed run made, in every process (a collective): one
+    process refusing alone would leave the others waiting for it in their first collective."""
+    if not joined.distributed:
+        return refusal
+    from jaxrl_fast.cluster import any_process
+
+    if any_process(refusal is not None)[0]:
+        return refusal or "another process of the run refused its input (its error is above)"
+    return None
+
+
+def refusal_after_joining(config: TrainConfig) -> str | None:
+    """What `check_devices` and `check_video` refuse once the devices are known (None: nothing)."""
     from jaxrl_fast.env import EnvError
-    from jaxrl_fast.metrics import RunDirError
     from jaxrl_fast.placement import PlacementError
 
     try:
         check_devices(config)
         check_video(config)
-        if config.resume is None:  # last: everything else is checked before the directory exists
-            config = dataclasses.replace(config, run_dir=make_run_dir(config))
-    except (ConfigError, EnvError, RunDirError, PlacementError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (ConfigError, EnvError, PlacementError) as error:
+        return str(error)
+    return None
+
+
+def run_joined(config: TrainConfig, stop: StopRequest, joined: Cluster) -> int:
+    """The run, once this process has joined the others of a distributed run (or alone)."""
+    from jaxrl_fast.cluster import any_process, is_primary
+    from jaxrl_fast.metrics import RunDirError
+
+    from jaxrl_fast.metrics import default_run_dir
+
+    refusal = agreed(refusal_after_joining(config), joined)
+    if config.resume is None:
+        config = dataclasses.replace(config, run_dir=Path(config.run_dir or default_run_dir(config.env, config.algo, config.seed)))
+        if refusal is None and is_primary():  # last: everything else is checked before the directory exists
+            try:
+                make_run_dir(config)
+            except RunDirError as error:
+                refusal = str(error)
+        refusal = agreed(refusal, joined)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
         return 2
     if config.compile_cache:  # before calibration, the first thing that compiles
         from jaxrl_fast import compile_cache
@@ -395,8 +440,8 @@ def run_joined(config: TrainConfig, stop: StopRequest, joined: "Cluster") -> int
                 config.run_dir.rmdir()
             print(f"error: the calibrated sizes do not fit the other flags: {error}", file=sys.stderr)
             return 2
-    if stop.signal is not None:  # before training began (imports, checks, calibration)
-        if config.resume is None:
+    if any_process(stop.signal is not None)[0]:  # before training began (imports, checks, calibration)
+        if config.resume is None and is_primary():
             with contextlib.suppress(OSError):
                 config.run_dir.rmdir()
         print(f"{stop.name}: stopped before training began; nothing was written", file=sys.stderr)

@@ -39,10 +39,10 @@ from jaxrl_fast.env import (EnvSpec, XlaEnv, agent_env_seeds, evaluation_options
 from jaxrl_fast.evaluation import EvalResult, Evaluator, VideoPlan
 from jaxrl_fast.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir, default_run_dir,
                                 read_metrics, truncate_metrics, write_json)
-from jaxrl_fast.plan import Plan, env_threads, make_plan, planned_calls, run_off_policy_plan
+from jaxrl_fast.plan import Plan, env_threads, make_plan, planned_calls, run_off_policy_plan, shard_threads
 from jaxrl_fast.profiler import PROFILE_DIR, CallTracer, profile_window
 from jaxrl_fast.schedules import Context, Schedule, make_schedule
-from jaxrl_fast.sharding import AXIS, make_sharded_env
+from jaxrl_fast.sharding import AXIS, local_shards, make_sharded_env
 from jaxrl_fast.stopping import StopRequest
 from jaxrl_fast.video import VIDEO_DIR
 
@@ -335,8 +335,8 @@ def build(config: TrainConfig, resume: bool, joined: cluster.Cluster = cluster.C
     where = None
     if placements.is_data_parallel(config):  # one pool per local shard; the algorithm is a shard's
         where = placements.resolve(config)
-        mesh = jax.sharding.Mesh(np.asarray(where.actor), (AXIS,))
-        env = make_sharded_env(config.env, per_agent, shard_threads(config, where), env_seed, mesh, **pool_options)
+        threads = shard_threads(config, where.shards, local_shards(where))
+        env = make_sharded_env(config.env, per_agent, threads, env_seed, where.mesh(), **pool_options)
         algo = make_algorithm(config, env.spec, where.shards, AXIS)
     else:
         env = make_xla_env(config.env, agents * per_agent, env_threads(config),
@@ -345,7 +345,7 @@ def build(config: TrainConfig, resume: bool, joined: cluster.Cluster = cluster.C
     spec = dataclasses.replace(env.spec, num_envs=per_agent)  # what one agent acts in
     plan = make_plan(config, algo)
     if where is not None:
-        plan = dataclasses.replace(plan, num_threads=shard_threads(config, where) * len(env.pools),
+        plan = dataclasses.replace(plan, num_threads=threads * len(env.pools),
                                    update_frames_per_iteration=plan.update_frames_per_iteration * (
                                        where.shards if family(config) == "on_policy" else 1))
     options = env_options(config)
@@ -375,15 +375,6 @@ def build(config: TrainConfig, resume: bool, joined: cluster.Cluster = cluster.C
 
     schedule = build_schedule(config, env, on_eval, algo, where, plan)
     return Run(config, run_dir, seeds, restored, env, spec, plan, schedule, progress, joined, primary)
-
-
-def shard_threads(config: TrainConfig, where: placements.Placement) -> int:
-    """EnvPool threads of each pool of a data-parallel run: --num-threads, or this host's cores
-    shared among the pools of every process on it."""
-    import os
-
-    local_pools = sum(device.process_index == jax.process_index() for device in where.actor) * cluster.host_processes()
-    return config.num_threads or max(1, min(config.num_envs // where.shards, (os.cpu_count() or 1) // local_pools))
 
 
 def build_schedule(config: TrainConfig, env: Any, on_eval: Any = None, algo: Any = None,

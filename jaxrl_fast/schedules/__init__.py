@@ -2,7 +2,8 @@
 
 Every implementation follows `schedules.base.Schedule`; `make_schedule` picks it from the table
 `SCHEDULES`, keyed by (the algorithm's family, `--schedule`, whether placement fuses everything on
-the acting device); data parallelism (placement mode `data`) runs `DataParallelSync`. No schedule imports an algorithm: each runs whatever bundle the registry built.
+the acting device); data parallelism (placement mode `data`) runs `DataParallelSync`. No schedule
+imports an algorithm: each runs whatever bundle the registry built.
 """
 
 from __future__ import annotations

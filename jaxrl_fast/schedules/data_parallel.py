@@ -11,7 +11,8 @@ statistics. So the copies of the parameters stay equal, and the whole run is one
 the processes: 2 processes of 1 device run exactly the program 1 process of 2 devices runs.
 
 Every leaf of the run state carries a leading shard axis, sharded over `data` (the parameters'
-copies are equal along it). A shard sees its own slice, squeezed. In one process with several
+copies are equal along it). A shard sees its own slice, squeezed. A checkpoint holds one copy of
+what the shards share and every shard's part of what they do not (`SHARD_FIELDS`). In one process with several
 devices, each shard steps its own pool through `lax.switch` on its index: EnvPool's XLA call
 names its pool in the compiled program, so one call cannot step different pools on different
 devices.
@@ -24,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxrl_fast.acting import EvalPayload
 from jaxrl_fast.config import family
@@ -32,9 +33,29 @@ from jaxrl_fast.plan import run_off_policy_plan
 from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
 from jaxrl_fast.schedules.offpolicy import checkpointed_fields, fused_loop
 from jaxrl_fast.schedules.sync import make_sync_loop
-from jaxrl_fast.sharding import AXIS, global_array, local_copy
+from jaxrl_fast.sharding import AXIS, global_array, is_key
 
 __all__ = ["DataParallelSync"]
+
+
+SHARD_FIELDS = ("replay", "reward_scale")  # what differs between shards: their buffers, their envs' returns
+
+
+def first_copy(tree: Any) -> Any:
+    """This process's first shard's copy of state the shards share, without the shard axis."""
+    return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
+
+
+def copies(tree: Any, shards: int) -> Any:
+    """One copy per shard of a restored value the shards share (numpy, or a PRNG key)."""
+
+    def leaf(x: Any) -> Any:
+        if is_key(x):
+            data = np.asarray(jax.random.key_data(x))
+            return jax.random.wrap_key_data(np.broadcast_to(data, (shards, *data.shape)), impl=jax.random.key_impl(x))
+        return np.broadcast_to(np.asarray(x), (shards, *np.shape(x)))
+
+    return jax.tree.map(leaf, tree)
 
 
 def own(tree: Any) -> Any:
@@ -64,7 +85,7 @@ class DataParallelSync(ScheduleBase):
         if config.schedule != "sync" or config.num_seeds != 1:
             raise ValueError("data parallelism (--data-parallel, or several processes) runs the sync schedule "
                              f"with one seed; got --schedule {config.schedule}, --num-seeds {config.num_seeds}")
-        self.mesh = Mesh(np.asarray(placement.actor), (AXIS,))
+        self.mesh = placement.mesh()
         self.sharded = NamedSharding(self.mesh, PartitionSpec(AXIS))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.on_policy = family(config) == "on_policy"
@@ -84,7 +105,6 @@ class DataParallelSync(ScheduleBase):
             self.fields = checkpointed_fields(config)
             self.program = self.shard_program(loop.init, loop.warmup, loop.run, 2)
         self.loop = loop
-        self.gather = jax.jit(lambda tree: tree, out_shardings=self.replicated)
 
     def shard_program(self, init: Callable, warmup: Callable | None, run: Callable, run_outputs: int) -> ShardProgram:
         """`shard_map`s of the shard loop's functions: state in and out with the shard axis, keys and
@@ -119,8 +139,7 @@ class DataParallelSync(ScheduleBase):
             if shards != self.mesh.size:
                 raise ValueError(f"the checkpoint at step {restored.step:,d} holds {shards or 'no'} data-parallel shards; "
                                  f"this run has {self.mesh.size} (resume with as many processes and devices)")
-            template = jax.tree.map(local_copy, self.snapshot().state)
-            saved = global_array(restored.into(template), self.sharded)
+            saved = self.restored_state(restored)
             if self.on_policy:
                 env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
                 self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
@@ -132,6 +151,14 @@ class DataParallelSync(ScheduleBase):
         self.state, *_ = self.program.run(self.state, self.count(0))  # compiles the training program
         jax.block_until_ready(self.state)
         return time.perf_counter() - begin
+
+    def restored_state(self, restored: Any) -> dict[str, Any]:
+        """A checkpoint's fields as the state's global arrays, with the shard axis."""
+        # arrays spread over processes are shape templates only: a checkpoint's values are numpy
+        template = jax.tree.map(lambda x: x if x.is_fully_addressable else np.zeros(x.shape, x.dtype), self.snapshot().state)
+        values = restored.into(template)
+        return {name: global_array(value if name in SHARD_FIELDS else copies(value, self.mesh.size), self.sharded)
+                for name, value in values.items()}
 
     def count(self, n: int) -> jax.Array:
         return global_array(np.int32(n), self.replicated)
@@ -145,15 +172,16 @@ class DataParallelSync(ScheduleBase):
         return CallResult(*jax.device_get((metrics, episodes)))
 
     def snapshot(self) -> Snapshot:
-        """The state every shard holds, gathered into a copy on every device (a collective: every
-        process calls it at the same point), so that process 0 can write all of it."""
+        """One copy of what the shards share; `SHARD_FIELDS` with the shard axis, as arrays that may
+        span processes (`checkpoint.host_copy` gathers them when a checkpoint is written)."""
         state = self.state
         if self.on_policy:
             fields = {"algo": state.algo, "key": state.key, "iteration": state.iteration,
                       "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
         else:
             fields = {name: getattr(state, name) for name in self.fields}
-        return Snapshot(self.gather(fields), {"shards": self.mesh.size})
+        return Snapshot({name: value if name in SHARD_FIELDS else first_copy(value) for name, value in fields.items()},
+                        {"shards": self.mesh.size})
 
     def eval_payload(self) -> EvalPayload:
         """The first local shard's policy (every shard's copy is the same), on the host."""

@@ -78,8 +78,10 @@ def make_sync_loop(
 
     With `axis_name`, the loop is one data-parallel shard's, to be run inside `shard_map` over that
     axis (`schedules.data_parallel`): `env` steps the shard's envs, keys are folded with the shard's
-    index, `algo` averages gradients over the shards and `options` reduces observation statistics
-    over them, and a call returns the shards' mean metrics and summed episode statistics.
+    index, and a call returns the shards' mean metrics and summed episode statistics; `on_eval` is
+    called by the first shard only. The caller builds `algo` with the same axis (it averages
+    gradients over the shards) and sets `options.axis_name` (observation and reward statistics
+    span the shards): with `shard_map`'s checks off, a loop without them would let the shards drift.
     """
     per_agent = agents_map(num_agents)
     learn = agents_map(num_agents, sequential=not batched_updates)
