@@ -90,18 +90,22 @@ def random_act(spec: EnvSpec) -> Callable[[Any, Any], Act]:
     return act
 
 
+def shard_mean(grads: Any, axis_name: str | None) -> Any:
+    """Gradients averaged over the data-parallel shards of `axis_name` (inside `shard_map`; None:
+    as they are), in one all-reduce: each costs a round trip between processes, whatever its size."""
+    if axis_name is None:
+        return grads
+    flat, unflatten = ravel_pytree(grads)
+    return unflatten(lax.pmean(flat, axis_name))
+
+
 def mean_over_shards(optimizer: optax.GradientTransformation, axis_name: str | None) -> optax.GradientTransformation:
-    """`optimizer` on gradients averaged over the data-parallel shards of `axis_name` (inside
-    `shard_map`; None: `optimizer` itself). Every shard then applies one update to its copy of the
-    parameters, so the copies stay equal."""
+    """`optimizer` on gradients averaged over the data-parallel shards (`shard_mean`). Every shard
+    then applies one update to its copy of the parameters, so the copies stay equal."""
     if axis_name is None:
         return optimizer
-
-    def update(grads: Any, state: Any, params: Any = None) -> Any:
-        flat, unflatten = ravel_pytree(grads)  # one all-reduce, not one per leaf: each costs a round trip between processes
-        return optimizer.update(unflatten(lax.pmean(flat, axis_name)), state, params)
-
-    return optax.GradientTransformation(optimizer.init, update)
+    return optax.GradientTransformation(
+        optimizer.init, lambda grads, state, params=None: optimizer.update(shard_mean(grads, axis_name), state, params))
 
 
 def positive_sizes(flag: str, sizes: tuple[int, ...]) -> list[str]:

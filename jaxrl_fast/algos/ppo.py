@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, mean_over_shards, rollout_iterations, validate_rollout
+from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, shard_mean, validate_rollout
 from jaxrl_fast.data import Act, Algorithm, Rollout
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, NetworkConfig, make_policy_network, make_value_network
@@ -135,11 +135,13 @@ def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: 
 
 
 def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss_fn: Any, value_net: Network,
-                batch_size: int):
+                batch_size: int, axis_name: str | None = None):
     """`update(state, rollout, key) -> (state, metrics)`: GAE over the rollout, then
-    `update_epochs` passes of `num_minibatches` minibatch steps, each role with its optimizer."""
+    `update_epochs` passes of `num_minibatches` minibatch steps, each role with its optimizer
+    (data-parallel over `axis_name`: both roles' gradients averaged over the shards in one all-reduce)."""
     def minibatch_step(state: PPOState, mb: Batch) -> tuple[PPOState, dict[str, jax.Array]]:
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, mb)
+        grads = shard_mean(grads, axis_name)
         actor_updates, actor_opt = optimizer.update(grads.actor, state.opt_states.actor, state.params.actor)
         critic_updates, critic_opt = optimizer.update(grads.critic, state.opt_states.critic, state.params.critic)
         params = ActorCriticParams(
@@ -189,7 +191,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
     learning_rate = (
         optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
     )
-    optimizer = mean_over_shards(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5)), axis_name)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
     low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
 
     def init(key: jax.Array) -> PPOState:
@@ -215,7 +217,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
 
     loss_fn = make_loss(config, spec, policy_net, value_net)
 
-    update = make_update(config, optimizer, loss_fn, value_net, batch_size)
+    update = make_update(config, optimizer, loss_fn, value_net, batch_size, axis_name)
 
     return Algorithm(
         init=init,
