@@ -176,15 +176,18 @@ def leave(code: int, message: str | None = None) -> NoReturn:
 
 
 def finish(code: int) -> NoReturn:
-    """The end of a distributed run in every process: wait for all of them (process 0 evaluates
-    and writes the summary after the last training call, which may take longer than the shutdown
-    timeout), then leave together with this process's status."""
-    try:
-        any_process(code != 0)
-        if code == 0:
-            import jax
+    """The end of a distributed run in every process. After a run all of them ended alike (done, or
+    stopped together by a signal: status 0 or 130), wait for all (process 0 evaluates and writes
+    the summary after the last call, which may take longer than the shutdown timeout), then leave
+    together. After an error, leave at once: the others may be waiting in a collective this
+    process will never join, and its going makes theirs fail now rather than never."""
+    if code in (0, 130):
+        try:
+            any_process(code != 0)
+            if code == 0:
+                import jax
 
-            jax.distributed.shutdown()
-    except Exception as failure:  # noqa: BLE001  a peer that is gone: this process's status stands
-        print(f"warning: {failure_text(failure)}", file=sys.stderr)
+                jax.distributed.shutdown()
+        except Exception as failure:  # noqa: BLE001  a peer that is gone: this process's status stands
+            print(f"warning: {failure_text(failure)}", file=sys.stderr)
     leave(code)

@@ -200,7 +200,7 @@ class Run:
     plan: Plan
     schedule: Schedule
     progress: ProgressDisplay
-    cluster: cluster.Cluster = cluster.Cluster()
+    joined: cluster.Cluster = cluster.Cluster()  # the processes of a distributed run (none: alone)
     primary: bool = True  # this process writes the run directory and evaluates (process 0)
 
     def agent(self, tree: Any, index: int) -> Any:
@@ -313,8 +313,8 @@ def record_config(run: Run, calibration: Any) -> None:
     }
     if calibration is not None:
         resolved["calibration"] = dataclasses.asdict(calibration)
-    if run.cluster.distributed:
-        resolved["distributed"] = cluster.describe(run.cluster)
+    if run.joined.distributed:
+        resolved["distributed"] = cluster.describe(run.joined)
     if len(run.seeds) > 1:
         resolved["seed_run_dirs"] = [str(seed.run_dir) for seed in run.seeds]
     for config, run_dir in records:

@@ -162,6 +162,11 @@ def across_shards(axis_name: str | None, metrics: Any, stats: Any) -> tuple[Any,
     return lax.pmean(metrics, axis_name), lax.psum(stats, axis_name)
 
 
+def summed_over_shards(axis_name: str | None, stats: Any) -> Any:
+    """Episode statistics summed over the data-parallel shards of `axis_name` (None: as they are)."""
+    return stats if axis_name is None else lax.psum(stats, axis_name)
+
+
 def shard_key(key: jax.Array, axis_name: str | None) -> jax.Array:
     """A data-parallel shard's own stream of `key` (None: `key` itself): shards act and sample apart."""
     if axis_name is None:

@@ -38,7 +38,7 @@ from jaxrl_fast.placement import Placement, transfer
 from jaxrl_fast.plan import OffPolicyPlan, dispatch_steps, off_policy_plan, run_off_policy_plan
 from jaxrl_fast.replay import ReplayState, Row, add_many, init_replay, sample_batch
 from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot, across_shards, mean_metrics,
-                                       scan_iterations, shard_key, total_episodes)
+                                       scan_iterations, shard_key, summed_over_shards, total_episodes)
 from jaxrl_fast.schedules.timing import PhaseClock
 
 __all__ = ["OffPolicyFused", "OffPolicyHostDriven", "OffPolicyPlan", "dispatch_steps", "make_off_policy_loop",
@@ -239,7 +239,7 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
             return store(state._replace(key=key), shard_key(collect_key, axis_name), random=True)
 
         state, finished = lax.scan(body, state, None, length=plan.warmup_iterations)
-        return state, across_shards(axis_name, {}, jax.tree.map(lambda x: x.sum(0), finished))[1]
+        return state, summed_over_shards(axis_name, jax.tree.map(lambda x: x.sum(0), finished))
 
     def iteration(state: OffPolicyState):
         key, collect_key, update_keys = pieces.iteration_keys(state.key)
