@@ -80,14 +80,14 @@ class _DropErrors(logging.Filter):
         return record.levelno < logging.ERROR
 
 
-def _is_key(leaf: Any) -> bool:
+def is_key(leaf: Any) -> bool:
     return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
 def flatten_state(tree: Any) -> tuple[dict[str, Any], list[str]]:
     """Arrays by position (`00000`, ...) and their tree paths; keys become their key data."""
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    flat = {f"{i:05d}": jax.random.key_data(leaf) if _is_key(leaf) else leaf for i, (_, leaf) in enumerate(leaves)}
+    flat = {f"{i:05d}": jax.random.key_data(leaf) if is_key(leaf) else leaf for i, (_, leaf) in enumerate(leaves)}
     return flat, [jax.tree_util.keystr(path) for path, _ in leaves]
 
 
@@ -102,7 +102,7 @@ def unflatten_into(template: Any, flat: dict[str, Any], paths: list[str]) -> Any
     out = []
     for i, (_, leaf) in enumerate(leaves):
         saved = flat[f"{i:05d}"]
-        if _is_key(leaf):
+        if is_key(leaf):
             value = jax.random.wrap_key_data(jnp.asarray(saved), impl=jax.random.key_impl(leaf))
         else:
             value = np.asarray(saved).astype(leaf.dtype)
@@ -185,13 +185,15 @@ def host_copy(tree: Any) -> Any:
 
 def nonfinite_leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
     """Tree paths and values of floating-point leaves holding a NaN or an infinity (one device-to-host copy)."""
+    # an array spread over the processes of a data-parallel run (a shard's own state) is left to its
+    # shard: what the shards share, each process checks alike, without a collective per call
     leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
-              if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)]
+              if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) and x.is_fully_addressable]
     if not leaves:
         return []
     # on the host: op by op on the device, each leaf's shape compiled programs of its own (a second of
     # start-up), and the parameters are small beside one training call
-    values = host_copy([x for _, x in leaves])
+    values = jax.device_get([x for _, x in leaves])
     return [(path, value) for (path, _), value in zip(leaves, values) if not np.isfinite(value).all()]
 
 

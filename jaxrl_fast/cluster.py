@@ -84,9 +84,11 @@ def cluster_of(known: argparse.Namespace, environ: Any) -> Cluster:
         if ":" not in known.coordinator_address:
             raise ClusterError(f"--coordinator-address must be host:port, got {known.coordinator_address!r}")
         return Cluster(known.num_processes, known.process_id, known.coordinator_address, known.distributed_timeout_s)
-    # a job step's task count (`srun`): SLURM_NTASKS is also set in a batch script's own shell
-    tasks = max(int(environ.get("SLURM_STEP_NUM_TASKS", "1")), int(environ.get("OMPI_COMM_WORLD_SIZE", "1")))
-    return Cluster(timeout_s=known.distributed_timeout_s, auto=tasks > 1)
+    # a job step's task count (`srun`): SLURM_NTASKS is also set in a batch script's own shell;
+    # Open MPI as JAX detects it (the variable Open MPI 4 sets; Open MPI 5 has none JAX reads)
+    slurm = int(environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
+    ompi = int(environ.get("OMPI_COMM_WORLD_SIZE", "1")) > 1 and "OMPI_MCA_orte_hnp_uri" in environ
+    return Cluster(timeout_s=known.distributed_timeout_s, auto=slurm or ompi)
 
 
 _INDEX: int | None = None  # this process's index, once it has joined (read without touching JAX again)
@@ -136,6 +138,19 @@ def describe(cluster: Cluster) -> dict[str, Any]:
             "devices": describe_devices()}
 
 
+def from_primary(value: int) -> int:
+    """Process 0's `value` in every process (a collective): a choice they must all make alike, from
+    files each reads on its own host (a stale directory listing on one would part them)."""
+    import jax
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int64(value)))
+
+
 def any_process(*flags: bool) -> tuple[bool, ...]:
     """Each flag, true if it is true in any process (a collective: all processes call it in step)."""
     import jax
@@ -175,19 +190,21 @@ def leave(code: int, message: str | None = None) -> NoReturn:
     os._exit(code)
 
 
+AGREED_ENDS = (0, 2, 130)  # done, refused (agreed after joining), stopped by a signal (at one call)
+
+
 def finish(code: int) -> NoReturn:
-    """The end of a distributed run in every process. After a run all of them ended alike (done, or
-    stopped together by a signal: status 0 or 130), wait for all (process 0 evaluates and writes
-    the summary after the last call, which may take longer than the shutdown timeout), then leave
-    together. After an error, leave at once: the others may be waiting in a collective this
-    process will never join, and its going makes theirs fail now rather than never."""
-    if code in (0, 130):
+    """The end of a distributed run in every process. After an end every process reaches alike
+    (`AGREED_ENDS`), wait for all (process 0 evaluates and writes the summary after the last call,
+    which may take longer than the shutdown timeout), shut down together, and leave. After an
+    error, leave at once: the others may be waiting in a collective this process will never join,
+    and its going makes theirs fail now rather than never."""
+    if code in AGREED_ENDS:
         try:
             any_process(code != 0)
-            if code == 0:
-                import jax
+            import jax
 
-                jax.distributed.shutdown()
+            jax.distributed.shutdown()
         except Exception as failure:  # noqa: BLE001  a peer that is gone: this process's status stands
             print(f"warning: {failure_text(failure)}", file=sys.stderr)
     leave(code)

@@ -10,8 +10,8 @@ processes sharing one GPU would gain nothing), and its share of the envs. The la
 * forwards SIGINT and SIGTERM to every process as SIGINT: the first asks them to stop together
   and write a final checkpoint, the second to stop at once; a third kills them;
 * exits with the first failure: when a process exits with an error, or is killed, the others get
-  `KILL_GRACE_S` to end by themselves (they fail in their next collective, and process 0 writes
-  the summary), then are killed: a live process can wait on a dead one in a collective for ever;
+  `--distributed-timeout-s` to end by themselves (they fail in their next collective, and process
+  0 writes the summary), then are killed: a live process can wait on a dead one for ever;
 * kills processes still running `--distributed-timeout-s` after another one ended;
 * takes its processes with it: they are killed if it is (Linux), so `--resume RUN_DIR` continues.
 """
@@ -31,7 +31,6 @@ from typing import Sequence
 from jaxrl_fast.cluster import DEFAULT_TIMEOUT_S, HOST_PROCESSES_ENV
 
 PROG = "python -m jaxrl_fast.launch"
-KILL_GRACE_S = 10.0  # after a process failed: the others end by themselves in this time, or are killed
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -76,7 +75,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def worker_environment(num_processes: int, address: str = "127.0.0.1:0") -> dict[str, str]:
+def worker_environment(num_processes: int, address: str) -> dict[str, str]:
     """One CPU device per process (as on a host of its own), how many processes share the cores, and
     the coordinator bound to loopback (JAX binds it to every interface by default)."""
     env = dict(os.environ, JAX_COORDINATOR_BIND_ADDRESS=address)
@@ -120,6 +119,9 @@ class Launcher:
                              env=env, start_new_session=True, preexec_fn=die_with_parent)  # signals come from here only
             for index in range(num_processes)
         ]
+        for _ in range(self.signals):  # a signal that came while they were starting
+            for child in self.children:
+                child.send_signal(signal.SIGINT)
 
     def forward(self, signum: int, _frame: object) -> None:
         """The first signal asks every process to stop (they checkpoint); a second one, to stop at
@@ -134,7 +136,7 @@ class Launcher:
     def running(self) -> list[subprocess.Popen]:
         return [child for child in self.children if child.poll() is None]
 
-    def stop_all(self, grace_s: float = KILL_GRACE_S) -> None:
+    def stop_all(self, grace_s: float) -> None:
         """The processes still running `grace_s` to end by themselves, then SIGKILL."""
         deadline = time.monotonic() + grace_s
         while self.running() and time.monotonic() < deadline:
@@ -144,17 +146,24 @@ class Launcher:
         for child in self.children:
             child.wait()
 
+    def first_failure(self) -> tuple[int, int] | None:
+        """(index, status) of the process that failed first, as far as can be told: one killed by a
+        signal before one that exited with an error (a peer's death makes the others fail, often
+        within the same poll), then by index."""
+        failed = [(index, child.returncode) for index, child in enumerate(self.children)
+                  if child.returncode not in (None, 0, 130)]
+        return min(failed, key=lambda failure: (failure[1] >= 0, failure[0])) if failed else None
+
     def wait(self) -> int:
         """The run's status: every process's when they agree, else the first failure's."""
         first_end: float | None = None
         while self.running():
-            failed = [(index, child.returncode) for index, child in enumerate(self.children)
-                      if child.returncode not in (None, 0, 130)]
-            if failed:
-                index, code = failed[0]
+            failure = self.first_failure()
+            if failure:
+                index, code = failure
                 print(f"launch: process {index} {describe_exit(code)}; stopping the others", file=sys.stderr, flush=True)
-                self.stop_all()
-                return code if code > 0 else 128 - code
+                self.stop_all(grace_s=self.timeout_s)
+                return exit_status(code)
             if first_end is None and len(self.running()) < len(self.children):
                 first_end = time.monotonic()
             if first_end is not None and time.monotonic() - first_end > self.timeout_s:
@@ -164,13 +173,17 @@ class Launcher:
                 self.stop_all(grace_s=0)
                 return 1
             time.sleep(0.1)
-        codes = [child.returncode for child in self.children]
-        bad = [code for code in codes if code not in (0, 130)]
-        if bad:
-            index = codes.index(bad[0])
-            print(f"launch: process {index} {describe_exit(bad[0])}", file=sys.stderr, flush=True)
-            return bad[0] if bad[0] > 0 else 128 - bad[0]
-        return 130 if 130 in codes else 0
+        failure = self.first_failure()
+        if failure:
+            index, code = failure
+            print(f"launch: process {index} {describe_exit(code)}", file=sys.stderr, flush=True)
+            return exit_status(code)
+        return 130 if any(child.returncode == 130 for child in self.children) else 0
+
+
+def exit_status(code: int) -> int:
+    """A child's status as a shell reports it: 128 + N for a child killed by signal N."""
+    return code if code > 0 else 128 - code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,11 +12,11 @@ import functools
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxrl_fast.checkpoint import is_key
 from jaxrl_fast.config import family
 from jaxrl_fast.env import EnvSpec, Step, XlaEnv, make_xla_env
 
@@ -43,17 +43,17 @@ class ShardedEnv(NamedTuple):
         local = lax.axis_index(AXIS) - self.first_shard
         return lax.switch(local, [pool.step for pool in self.pools], handle, action)
 
-    def global_array(self, local: list[np.ndarray]) -> jax.Array:
+    def from_local(self, local: list[np.ndarray]) -> jax.Array:
         """This process's shards' values, one per local shard, as the run's `[shards, ...]` array."""
         stacked = np.stack(local)
         return jax.make_array_from_process_local_data(NamedSharding(self.mesh, PartitionSpec(AXIS)), stacked,
                                                       (self.mesh.size, *stacked.shape[1:]))
 
     def handle(self) -> jax.Array:
-        return self.global_array([np.asarray(pool.handle) for pool in self.pools])
+        return self.from_local([np.asarray(pool.handle) for pool in self.pools])
 
     def reset(self) -> jax.Array:
-        return self.global_array([pool.reset() for pool in self.pools])
+        return self.from_local([pool.reset() for pool in self.pools])
 
 
 def local_shards(where: Any) -> int:
@@ -87,10 +87,6 @@ def shard_sizes_error(config: Any, shards: int) -> str | None:
     elif hyper.batch_size % shards:
         return f"--{config.algo}.batch-size {hyper.batch_size} does not split over {shards} data-parallel shards"
     return None
-
-
-def is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def global_array(tree: Any, sharding: NamedSharding) -> Any:

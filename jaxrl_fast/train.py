@@ -406,9 +406,7 @@ def refusal_after_joining(config: TrainConfig) -> str | None:
 def run_joined(config: TrainConfig, stop: StopRequest, joined: Cluster) -> int:
     """The run, once this process has joined the others of a distributed run (or alone)."""
     from jaxrl_fast.cluster import any_process, is_primary
-    from jaxrl_fast.metrics import RunDirError
-
-    from jaxrl_fast.metrics import default_run_dir
+    from jaxrl_fast.metrics import RunDirError, default_run_dir
 
     refusal = agreed(refusal_after_joining(config), joined)
     if config.resume is None:

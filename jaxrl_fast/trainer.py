@@ -252,7 +252,9 @@ def open_seeds(config: TrainConfig, resume: bool, primary: bool = True) -> tuple
     """The run directory and each agent's run; a resumed --num-seeds run restores every agent at the
     newest step all of them saved, or starts every one over when one has no checkpoint."""
     if config.num_seeds == 1:
-        run_dir, checkpointer, restored = open_run(config, resume, primary=primary)
+        saved = latest_step(Path(config.run_dir)) if resume else None
+        step = cluster.from_primary(-1 if saved is None else saved)  # every process of a run resumes from one step
+        run_dir, checkpointer, restored = open_run(config, resume, None if step < 0 else step, resume and step < 0, primary)
         return run_dir, [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
     run_dir = Path(config.run_dir) if resume else create_run_dir(
         config.run_dir or default_run_dir(config.env, config.algo, config.seed))

@@ -8,13 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from jaxrl_fast.checkpoint import Checkpointer, latest_step
 from jaxrl_fast.cluster import Cluster, ClusterError, split_flags
-from jaxrl_fast.launch import worker_environment, with_run_dir
+from jaxrl_fast.launch import Launcher, worker_environment, with_run_dir
 from jaxrl_fast.metrics import read_metrics
 from jaxrl_fast.train import parse_args
 from jaxrl_fast.trainer import train
@@ -185,7 +186,7 @@ def test_cluster_flags_explicit_detected_or_refused():
 
 
 def test_cluster_detection_from_slurm_open_mpi_and_jax_variables(monkeypatch):
-    for name in ("SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS",
+    for name in ("SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_orte_hnp_uri", "JAX_COORDINATOR_ADDRESS",
                  "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         monkeypatch.delenv(name, raising=False)
     assert not split_flags([])[0].distributed
@@ -195,7 +196,9 @@ def test_cluster_detection_from_slurm_open_mpi_and_jax_variables(monkeypatch):
     assert split_flags([])[0].auto  # a job step of 8 tasks (srun)
     monkeypatch.delenv("SLURM_STEP_NUM_TASKS")
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
-    assert split_flags([])[0].auto
+    assert not split_flags([])[0].distributed  # Open MPI 5: nothing JAX's detection reads
+    monkeypatch.setenv("OMPI_MCA_orte_hnp_uri", "1234.0;tcp://10.0.0.1:5678")
+    assert split_flags([])[0].auto  # Open MPI 4, as JAX detects it
     monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
     with pytest.raises(ClusterError, match="JAX_NUM_PROCESSES and JAX_PROCESS_ID"):
@@ -205,9 +208,16 @@ def test_cluster_detection_from_slurm_open_mpi_and_jax_variables(monkeypatch):
     assert split_flags([])[0] == Cluster(2, 1, "10.0.0.1:1234", 60)
 
 
+def test_the_launcher_blames_a_killed_process_before_the_peer_that_failed_because_of_it():
+    ended = lambda *codes: SimpleNamespace(children=[SimpleNamespace(returncode=code) for code in codes])  # noqa: E731
+    assert Launcher.first_failure(ended(1, -9)) == (1, -9)  # process 0 saw process 1 die, in the same poll
+    assert Launcher.first_failure(ended(None, 2, 1)) == (1, 2)
+    assert Launcher.first_failure(ended(0, 130)) is None
+
+
 def test_the_launcher_gives_its_processes_one_device_and_one_run_directory(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=false")
-    env = worker_environment(2)
+    env = worker_environment(2, "127.0.0.1:1234")
     assert env["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false" and env["JAXRL_FAST_HOST_PROCESSES"] == "2"
     assert env["JAX_COORDINATOR_BIND_ADDRESS"].startswith("127.0.0.1:")  # not every interface
     flags = with_run_dir(["--env", "Pendulum-v1", "--algo", "sac"])

@@ -5,7 +5,7 @@ A shard is one device with its own EnvPool (its slice of `--num-envs`, seeded as
 seeds those envs), its own rollout or replay buffer, and a copy of the parameters. One
 `shard_map` over the mesh axis `data` runs the fused loop of `sync.make_sync_loop` or
 `offpolicy.fused_loop` built for a shard: gradients are averaged over the shards before every
-optimizer step (`algos.base.mean_over_shards`), observation and reward statistics are reduced over
+optimizer step (`algos.base.shard_mean`), observation and reward statistics are reduced over
 them (`EnvOptions.axis_name`), and a call returns the shards' mean metrics and summed episode
 statistics. So the copies of the parameters stay equal, and the whole run is one program whatever
 the processes: 2 processes of 1 device run exactly the program 1 process of 2 devices runs.
@@ -135,10 +135,6 @@ class DataParallelSync(ScheduleBase):
         begin = time.perf_counter()
         self.state = self.program.init(global_array(np.int32(config.seed), self.replicated), env.handle(), env.reset())
         if restored is not None:
-            shards = restored.meta["schedule"].get("shards")
-            if shards != self.mesh.size:
-                raise ValueError(f"the checkpoint at step {restored.step:,d} holds {shards or 'no'} data-parallel shards; "
-                                 f"this run has {self.mesh.size} (resume with as many processes and devices)")
             saved = self.restored_state(restored)
             if self.on_policy:
                 env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
