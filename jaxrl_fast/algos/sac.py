@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, validate_replay
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, shard_mean, validate_replay
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, make_q_network, make_squashed_gaussian_policy
@@ -89,9 +89,10 @@ def action_scale(spec: EnvSpec) -> ActionScale:
 
 
 def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformation, alpha_opt: optax.GradientTransformation,
-                      sample: Callable, q_net: Network, target_entropy: float):
+                      sample: Callable, q_net: Network, target_entropy: float, axis_name: str | None = None):
     """`update_actor(actor, q_params, obs [N, ...], weight [N], key)`: the policy towards the soft Q,
-    then the temperature towards the target entropy."""
+    then the temperature towards the target entropy (data-parallel over `axis_name`: both
+    gradients averaged over the shards in one all-reduce)."""
 
     def update_actor(state: SACActorState, q_params: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
         alpha = jnp.exp(state.log_alpha)
@@ -102,12 +103,13 @@ def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformatio
             return weighted_mean(alpha * log_prob - q, weight), log_prob
 
         (policy_loss, log_prob), grads = jax.value_and_grad(policy_loss_fn, has_aux=True)(state.policy)
+        entropy_gap = jax.lax.stop_gradient(log_prob + target_entropy)
+        alpha_grad = jax.grad(lambda la: weighted_mean(-la * entropy_gap, weight))(state.log_alpha) if config.autotune else None
+        grads, alpha_grad = shard_mean((grads, alpha_grad), axis_name)
         updates, policy_opt_state = policy_opt.update(grads, state.policy_opt, state.policy)
         policy = optax.apply_updates(state.policy, updates)
-        entropy_gap = jax.lax.stop_gradient(log_prob + target_entropy)
         log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt
         if config.autotune:
-            alpha_grad = jax.grad(lambda la: weighted_mean(-la * entropy_gap, weight))(state.log_alpha)
             alpha_updates, alpha_opt_state = alpha_opt.update(alpha_grad, state.alpha_opt, state.log_alpha)
             log_alpha = optax.apply_updates(state.log_alpha, alpha_updates)
         metrics = {
@@ -125,8 +127,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
     q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
     target_entropy = -float(math.prod(spec.action_shape))
-    policy_opt = mean_over_shards(optax.adam(config.actor_lr), axis_name)
-    alpha_opt = mean_over_shards(optax.adam(config.alpha_lr), axis_name)
+    policy_opt, alpha_opt = optax.adam(config.actor_lr), optax.adam(config.alpha_lr)  # averaged by update_actor
     q_opt = mean_over_shards(optax.adam(config.critic_lr), axis_name)
 
     def init(key: jax.Array) -> tuple[SACActorState, SACCriticState]:
@@ -167,7 +168,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
         new = SACCriticState(q, polyak(state.target_q, q, config.tau), q_opt_state)
         return new, {"train/critic_loss": loss, "train/q_mean": q_mean}
 
-    update_actor = make_actor_update(config, policy_opt, alpha_opt, sample, q_net, target_entropy)
+    update_actor = make_actor_update(config, policy_opt, alpha_opt, sample, q_net, target_entropy, axis_name)
 
     return OffPolicyAlgorithm(
         init=init,
