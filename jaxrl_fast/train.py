@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 
 PROG = "python -m jaxrl_fast.train"
 DESCRIPTION = ("Train an agent on an EnvPool environment. Defaults come from the env's preset; only the chosen "
-               "--algo's flag group is listed (`--algo sac --help` shows SAC's flags).")
+               "--algo's flag group is listed (`--algo sac --help` shows SAC's flags). A process of a run of several "
+               "also takes --coordinator-address, --num-processes, --process-id and --distributed-timeout-s "
+               "(python -m jaxrl_fast.launch gives them; docs/distributed.md).")
 
 
 class ConfigError(ValueError):
