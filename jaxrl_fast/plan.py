@@ -89,12 +89,13 @@ def iteration_steps(config: TrainConfig) -> tuple[int, int]:
     return config.num_envs * algo_config(config).num_steps, 0  # an on-policy config's rollout length per env
 
 
-def update_frames_per_iteration(config: TrainConfig, algorithm: Any) -> int:
-    """Samples consumed by gradient updates per iteration (Spreeze's update frame rate, per iteration)."""
+def update_frames_per_iteration(config: TrainConfig, algorithm: Any, shards: int = 1) -> int:
+    """Samples consumed by gradient updates per iteration (Spreeze's update frame rate, per iteration);
+    a data-parallel rollout learner's `algorithm` is one of `shards` shards, each on its own rollout."""
     if family(config) == "off_policy":
         plan = run_off_policy_plan(config)
         return plan.updates_per_iteration * plan.batch_size
-    return algorithm.update_frames_per_iteration
+    return algorithm.update_frames_per_iteration * shards
 
 
 def warm_iterations(config: TrainConfig) -> int:
@@ -120,8 +121,9 @@ def shard_threads(config: TrainConfig, shards: int, local_shards: int) -> int:
     return config.num_threads or max(1, min(config.num_envs // shards, cores // (local_shards * host_processes())))
 
 
-def make_plan(config: TrainConfig, algorithm: Any = None) -> Plan:
-    """The run's sizes; `algorithm` (the built bundle) gives the update frames per iteration."""
+def make_plan(config: TrainConfig, algorithm: Any = None, shards: int = 1) -> Plan:
+    """The run's sizes; `algorithm` (the built bundle, one of `shards` data-parallel shards') gives
+    the update frames per iteration."""
     steps_per_iteration, warmup_steps = iteration_steps(config)
     total_iterations = max(1, (config.total_steps - warmup_steps) // steps_per_iteration)
     return Plan(
@@ -131,7 +133,7 @@ def make_plan(config: TrainConfig, algorithm: Any = None) -> Plan:
         total_iterations=total_iterations,
         iterations_per_call=min(total_iterations, max(1, config.log_interval // steps_per_iteration)),
         eval_every_iterations=max(1, round(config.eval_interval / steps_per_iteration)) if config.eval_interval else 0,
-        update_frames_per_iteration=update_frames_per_iteration(config, algorithm) if algorithm is not None else 0,
+        update_frames_per_iteration=update_frames_per_iteration(config, algorithm, shards) if algorithm is not None else 0,
         warm_iterations=warm_iterations(config),
     )
 

@@ -345,11 +345,9 @@ def build(config: TrainConfig, resume: bool, joined: cluster.Cluster = cluster.C
                            agent_env_seeds(env_seed, agents, per_agent) if agents > 1 else env_seed, **pool_options)
         algo = make_algorithm(config, dataclasses.replace(env.spec, num_envs=per_agent))
     spec = dataclasses.replace(env.spec, num_envs=per_agent)  # what one agent acts in
-    plan = make_plan(config, algo)
-    if where is not None:
-        plan = dataclasses.replace(plan, num_threads=threads * len(env.pools),
-                                   update_frames_per_iteration=plan.update_frames_per_iteration * (
-                                       where.shards if family(config) == "on_policy" else 1))
+    plan = make_plan(config, algo, where.shards if where else 1)
+    if where is not None:  # EnvPool threads of all this process's pools
+        plan = dataclasses.replace(plan, num_threads=threads * len(env.pools))
     options = env_options(config)
     progress = ProgressDisplay(plan.total_steps, config.progress if primary else "off")
     board = EvalBoard(progress, agents)

@@ -64,6 +64,19 @@ def child_pids(run_dir, process_id=None):
     return pids
 
 
+def start_training(run_dir):
+    """The launcher of a 2-process PPO run far longer than a test, once it has logged a training call."""
+    flags = ["--env", "CartPole-v1", "--total-steps", "5000000", "--run-dir", str(run_dir), "--progress", "off",
+             "--eval-interval", "0"]
+    launcher = subprocess.Popen(launch(*flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and read_metrics(run_dir / "metrics.jsonl"), 180)
+    except BaseException:
+        launcher.kill()
+        raise
+    return launcher
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", [
     # PPO with both statistics on (observation moments and the return's std are reduced over the shards)
@@ -127,11 +140,8 @@ def test_a_two_process_run_killed_with_its_launcher_resumes_and_reaches_475(tmp_
 @pytest.mark.slow
 def test_a_killed_process_ends_the_run_with_an_error_and_leaves_no_process(tmp_path):
     run_dir = tmp_path / "run"
-    flags = ["--env", "CartPole-v1", "--total-steps", "5000000", "--run-dir", str(run_dir), "--progress", "off",
-             "--eval-interval", "0"]
-    launcher = subprocess.Popen(launch(*flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launcher = start_training(run_dir)
     try:
-        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and read_metrics(run_dir / "metrics.jsonl"), 180)
         victim, = child_pids(run_dir, process_id=1)
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()
@@ -147,11 +157,8 @@ def test_a_killed_process_ends_the_run_with_an_error_and_leaves_no_process(tmp_p
 @pytest.mark.slow
 def test_ctrl_c_on_the_launcher_stops_every_process_at_one_call_with_a_final_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    flags = ["--env", "CartPole-v1", "--total-steps", "5000000", "--run-dir", str(run_dir), "--progress", "off",
-             "--eval-interval", "0"]
-    launcher = subprocess.Popen(launch(*flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launcher = start_training(run_dir)
     try:
-        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and read_metrics(run_dir / "metrics.jsonl"), 180)
         launcher.send_signal(signal.SIGINT)
         _, stderr = launcher.communicate(timeout=120)
     finally:

@@ -32,7 +32,7 @@ from jaxrl_fast.config import family
 from jaxrl_fast.plan import run_off_policy_plan
 from jaxrl_fast.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
 from jaxrl_fast.schedules.offpolicy import checkpointed_fields, fused_loop
-from jaxrl_fast.schedules.sync import make_sync_loop
+from jaxrl_fast.schedules.sync import checkpointed, make_sync_loop, with_checkpointed
 from jaxrl_fast.sharding import AXIS, global_array, is_key
 
 __all__ = ["DataParallelSync"]
@@ -94,8 +94,7 @@ class DataParallelSync(ScheduleBase):
         if self.on_policy:
             loop = make_sync_loop(ctx.algo, ctx.env, options, plan.iterations_per_call, plan.eval_every_iterations,
                                   ctx.on_eval, axis_name=AXIS)
-            self.fields = ("algo", "key", "iteration", "obs_moments", "reward_scale")
-            self.program = self.shard_program(loop.init, None, lambda s, n: loop.run(s, n), 1)
+            self.program = self.shard_program(loop.init, None, loop.run, 1)
         else:
             shard_plan = run_off_policy_plan(config)
             shard_plan = shard_plan._replace(batch_size=shard_plan.batch_size // placement.shards)
@@ -136,12 +135,7 @@ class DataParallelSync(ScheduleBase):
         self.state = self.program.init(global_array(np.int32(config.seed), self.replicated), env.handle(), env.reset())
         if restored is not None:
             saved = self.restored_state(restored)
-            if self.on_policy:
-                env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
-                self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
-                                                 env=env_carry)
-            else:
-                self.state = self.state._replace(**saved)
+            self.state = with_checkpointed(self.state, saved) if self.on_policy else self.state._replace(**saved)
         if not self.on_policy and (restored is None or not config.checkpoint_replay):
             self.state, _ = self.program.warmup(self.state)  # an empty buffer: random actions fill it
         self.state, *_ = self.program.run(self.state, self.count(0))  # compiles the training program
@@ -170,21 +164,16 @@ class DataParallelSync(ScheduleBase):
     def snapshot(self) -> Snapshot:
         """One copy of what the shards share; `SHARD_FIELDS` with the shard axis, as arrays that may
         span processes (`checkpoint.host_copy` gathers them when a checkpoint is written)."""
-        state = self.state
-        if self.on_policy:
-            fields = {"algo": state.algo, "key": state.key, "iteration": state.iteration,
-                      "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
-        else:
-            fields = {name: getattr(state, name) for name in self.fields}
+        fields = (checkpointed(self.state) if self.on_policy else
+                  {name: getattr(self.state, name) for name in self.fields})
         return Snapshot({name: value if name in SHARD_FIELDS else first_copy(value) for name, value in fields.items()},
                         {"shards": self.mesh.size})
 
     def eval_payload(self) -> EvalPayload:
         """The first local shard's policy (every shard's copy is the same), on the host."""
-        first = lambda tree: jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0], tree)  # noqa: E731
         state = self.state
         policy = self.ctx.algo.policy_params(state.algo) if self.on_policy else self.loop.acting_params(state)
-        return EvalPayload(first(policy), first(state.env.obs_moments))
+        return jax.device_get(EvalPayload(first_copy(policy), first_copy(state.env.obs_moments)))
 
     def describe(self) -> dict[str, Any]:
         return self.ctx.placement.describe() | {"shards": self.mesh.size, "processes": jax.process_count()}

@@ -22,7 +22,7 @@ from jaxrl_fast.env import EpisodeStats, XlaEnv
 from jaxrl_fast.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot, across_shards, scan_iterations,
                                        shard_key)
 
-__all__ = ["LoopState", "OnPolicySync", "SyncLoop", "make_sync_loop"]
+__all__ = ["LoopState", "OnPolicySync", "SyncLoop", "checkpointed", "make_sync_loop", "with_checkpointed"]
 
 
 class LoopState(NamedTuple):
@@ -123,6 +123,19 @@ def make_sync_loop(
     )
 
 
+def checkpointed(state: LoopState) -> dict[str, Any]:
+    """What a checkpoint holds of the loop's state: the learner, its key and count, and the env
+    statistics (EnvPool's simulators cannot be saved: a resumed run starts new episodes)."""
+    return {"algo": state.algo, "key": state.key, "iteration": state.iteration,
+            "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
+
+
+def with_checkpointed(state: LoopState, saved: dict[str, Any]) -> LoopState:
+    """`state` with `checkpointed`'s fields put back from `saved`."""
+    env = state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+    return state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"], env=env)
+
+
 class OnPolicySync(ScheduleBase):
     """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device."""
 
@@ -146,10 +159,7 @@ class OnPolicySync(ScheduleBase):
                 compiled = compiler.submit(lambda: self.loop.run.lower(shapes, jnp.int32(0)).compile())
                 self.state = jax.jit(self.loop.init)(*args)
                 if restored is not None:
-                    saved = restored.into(self.snapshot().state)
-                    env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
-                    self.state = self.state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"],
-                                                     env=env_carry)
+                    self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
                 self._run = compiled.result()
             return time.perf_counter() - begin
 
@@ -159,9 +169,7 @@ class OnPolicySync(ScheduleBase):
         return CallResult(metrics.train, metrics.episodes)
 
     def snapshot(self) -> Snapshot:
-        state = self.state
-        return Snapshot({"algo": state.algo, "key": state.key, "iteration": state.iteration,
-                         "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}, {})
+        return Snapshot(checkpointed(self.state), {})
 
     def eval_payload(self) -> EvalPayload:
         return eval_payload(agents_map(self.ctx.config.num_seeds)(self.ctx.algo.policy_params)(self.state.algo), self.state.env)
