@@ -259,13 +259,14 @@ def mlp(net: NetworkConfig, out_size: int, out_scale: float) -> MLP:
     return MLP(tuple(net.hidden_sizes), out_size, net.activation, out_scale, net.layer_norm)
 
 
-def make_policy_network(spec: EnvSpec, net: NetworkConfig) -> Network:
-    """`apply(params, obs [..., *obs_shape])` -> logits `[..., A]`, or `(mean, log_std)` `[..., A]`."""
+def make_policy_network(spec: EnvSpec, net: NetworkConfig, init_log_std: float = 0.0) -> Network:
+    """`apply(params, obs [..., *obs_shape])` -> logits `[..., A]`, or `(mean, log_std)` `[..., A]`
+    with the log standard deviation starting at `init_log_std`."""
     if spec.discrete:
         module: nn.Module = mlp(net, spec.num_actions, 0.01)
     else:
         module = GaussianPolicy(tuple(net.hidden_sizes), math.prod(spec.action_shape), net.activation,
-                                layer_norm=net.layer_norm)
+                                init_log_std, net.layer_norm)
     return _network(encoded(module, spec, net), spec)
 
 

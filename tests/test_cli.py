@@ -197,11 +197,16 @@ def test_async_ppo_is_refused_with_the_reason(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_off_policy_presets_on_mujoco_leave_out_the_on_policy_options(algo):
+def test_mujoco_off_policy_defaults_are_cleanrls_and_leave_out_the_on_policy_options(algo):
     from jaxrl_fast.presets import resolve_defaults
     from jaxrl_fast.train import validate
 
-    config = resolve_defaults("HalfCheetah-v4", algo, "mujoco")
-    assert not config.normalize_observations and not config.scale_rewards
-    validate(config)
-    assert resolve_defaults("HalfCheetah-v4", "ppo", "mujoco").normalize_observations
+    for env_id in ("HalfCheetah-v4", "Hopper-v4"):  # a task with its own file and one on the family's alone
+        config = resolve_defaults(env_id, algo, "mujoco")
+        assert not config.normalize_observations and not config.scale_rewards
+        assert config.num_envs == 1 and getattr(config, algo).batch_size == 256  # CleanRL's, for every task
+        validate(config)
+        ppo = resolve_defaults(env_id, "ppo", "mujoco")
+        assert ppo.normalize_observations and ppo.scale_rewards
+    assert resolve_defaults("Hopper-v4", "ppo", "mujoco").num_envs == 8
+    assert resolve_defaults("HalfCheetah-v4", "ppo", "mujoco").ppo.log_std_init == -2.0

@@ -73,6 +73,20 @@ def test_continuous_ppo_with_normalization_runs_and_stays_finite():
     assert float(state.env.reward_scale.moments.var) != 1.0
 
 
+def test_log_std_init_sets_the_initial_exploration_noise():
+    env = make_xla_env("Pendulum-v1", num_envs=1, num_threads=1, seed=0)
+    mean_log_prob = {}
+    for log_std in (0.0, -2.0):
+        algo = make_ppo(PPOConfig(log_std_init=log_std), env.spec, total_steps=1000)
+        state = algo.init(jax.random.key(0))
+        obs = jnp.zeros((4096, *env.spec.obs_shape))  # one observation: the actions' spread is the noise alone
+        mean_log_prob[log_std] = float(jnp.mean(algo.act(state, obs, jax.random.key(1)).extras.log_prob))
+    # the log-density of a 1-d Gaussian's own samples averages -log(sigma) - (1 + log 2 pi) / 2
+    # (4,096 samples: standard error 0.011)
+    assert mean_log_prob[0.0] == pytest.approx(-0.5 * (1 + np.log(2 * np.pi)), abs=0.05)
+    assert mean_log_prob[-2.0] - mean_log_prob[0.0] == pytest.approx(2.0, abs=1e-4)  # same key, same draws
+
+
 def test_reset_steps_do_not_contribute_to_the_update():
     """Changing everything about transitions marked invalid leaves the update unchanged."""
     ppo = PPOConfig(num_steps=8, num_minibatches=1, update_epochs=1, normalize_advantages=True)

@@ -55,6 +55,8 @@ class PPOConfig(NetworkConfig):
     """Gradient-norm clipping, applied to each role's gradient."""
     normalize_advantages: bool = True
     """Standardise advantages per minibatch."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
 
 
 METRICS = ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
@@ -179,7 +181,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
 
 
 def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Algorithm:
-    policy_net = make_policy_network(spec, config)
+    policy_net = make_policy_network(spec, config, init_log_std=config.log_std_init)
     value_net = make_value_network(spec, config)
     batch_size = spec.num_envs * config.num_steps
     if batch_size % config.num_minibatches:
