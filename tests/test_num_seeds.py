@@ -39,9 +39,10 @@ def test_one_pool_seeds_each_agents_envs_as_a_single_run_with_its_seed():
         np.testing.assert_array_equal(obs[k * ENVS:(k + 1) * ENVS], single)
 
 
-def run_loop(make, hyper, num_agents, seed, options, iterations=2, batched_updates=False):
+def run_loop(make, hyper, num_agents, seed, options, iterations=2, batched_updates=False, env_id="CartPole-v1",
+             **env_kwargs):
     seeds = agent_env_seeds(seed, num_agents, ENVS) if num_agents > 1 else seed
-    env = make_xla_env("CartPole-v1", num_envs=num_agents * ENVS, num_threads=1, seed=seeds)
+    env = make_xla_env(env_id, num_envs=num_agents * ENVS, num_threads=1, seed=seeds, **env_kwargs)
     algo = make(hyper, dataclasses.replace(env.spec, num_envs=ENVS), 10_000)  # each agent's own envs
     loop = make_sync_loop(algo, env, options, iterations, eval_every_iterations=0, on_eval=None, num_agents=num_agents,
                           batched_updates=batched_updates)
@@ -67,6 +68,21 @@ def test_agent_k_of_many_is_bitwise_the_single_run_with_seed_k():
     chex.assert_trees_all_equal(agent_part(many_metrics.episodes, LAST), single_metrics.episodes)
     # reductions whose results only leave the program (the logged means) may round differently
     chex.assert_trees_all_close(agent_part(many_metrics.train, LAST), single_metrics.train, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_agents_on_atari_frame_stacks_are_bitwise_their_single_runs():
+    """Each agent's envs keep their own frame stacks and no-op starts inside the shared pool."""
+    hyper = PQNConfig(num_steps=8, num_minibatches=2, update_epochs=1, encoder="nature", hidden_sizes=())
+    atari = dict(episodic_life=True, reward_clip=True, stack_num=2, img_height=42, img_width=42)  # small frames: cheap CNN
+    options = EnvOptions(False, False, 0.99)
+    many, many_metrics = run_loop(make_pqn, hyper, AGENTS, SEED, options, env_id="Pong-v5", **atari)
+    single, single_metrics = run_loop(make_pqn, hyper, 1, SEED + LAST, options, env_id="Pong-v5", **atari)
+    assert many.env.obs.shape[-3:] == (2, 42, 42) and many.env.obs.dtype == jnp.uint8
+    np.testing.assert_array_equal(many.env.obs[LAST], single.env.obs)
+    chex.assert_trees_all_equal(agent_part(many.algo, LAST), single.algo)
+    chex.assert_trees_all_equal(agent_part(many_metrics.episodes, LAST), single_metrics.episodes)
+    assert not np.array_equal(many.env.obs[0], many.env.obs[LAST])  # the agents did not play one game
 
 
 def test_batched_updates_match_the_single_runs_up_to_reassociation():
