@@ -370,7 +370,8 @@ def measure_rollout(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
         return carry, transitions
 
     carry = env_carry_on(setup, env, device)
-    program, state = jax.jit(rollout, donate_argnums=0), jax.device_put(setup.state, device)
+    state = jax.device_put(algo.init(jax.random.key(0)), device)  # sized state: gSDE holds a matrix per env
+    program = jax.jit(rollout, donate_argnums=0)
     seconds, _ = timed_calls(lambda c: program(c, state, jax.random.key(1))[0], carry)
     return [dict(num_envs=num_envs, num_threads=num_threads, rollout_sps=length * num_envs / seconds)]
 
@@ -391,8 +392,9 @@ def measure_on_policy_update(setup: Setup, num_envs: int) -> list[Row]:
     """The jitted on-policy update of a num_envs x num_steps batch, on placement's learner device."""
     length, device = algo_config(setup.config).num_steps, setup.placement.learner
     algo = sized_algorithm(setup.config, setup.spec, num_envs)
-    batch = jax.device_put(zeros_rollout(algo, setup.state, setup.spec, num_envs, length), device)
-    program, state = jax.jit(algo.update), jax.device_put(setup.state, device)
+    state = jax.device_put(algo.init(jax.random.key(0)), device)
+    batch = jax.device_put(zeros_rollout(algo, state, setup.spec, num_envs, length), device)
+    program = jax.jit(algo.update)
     seconds, _ = timed_calls(lambda s: program(s, batch, jax.random.key(2))[0], state, max_calls=10)
     return [dict(num_envs=num_envs, size=f"batch {length * num_envs}", device=describe(device), update_s=seconds,
                  update_frames_per_s=algo.update_frames_per_iteration / seconds)]

@@ -58,7 +58,7 @@ class RunConfig:
     eval_epsilon: float = 0.0
     """Chance of a uniformly random action per evaluation step (Atari presets: 0.05, as Mnih et al. 2015)."""
     video_interval: int = 0
-    """Film one evaluation episode every N evaluations (the first, every N-th after it, and the final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Recorded by the evaluation thread; needs `pip install 'jaxrl_fast[video]'` and an env that renders (classic control, Box2D, Atari; MuJoCo with EGL). Off by default: encoding takes CPU that training shares, and MuJoCo needs system OpenGL libraries."""
+    """Film one evaluation episode every N evaluations (the first, every N-th after it, and the final one) into RUN_DIR/videos/step_<step>.mp4; 0: no videos. Needs `pip install 'jaxrl_fast[video]'` and an env that renders (docs/run-directory.md)."""
     log_interval: int = 10_000
     """Environment steps between training log lines (also the length of one jitted call)."""
     progress: Literal["auto", "bar", "plain", "off"] = "auto"
@@ -74,7 +74,7 @@ class RunConfig:
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
     dispatch_steps: int = 0
-    """Off-policy concurrent and async: fewest environment steps (all envs together) acted per host dispatch, with the matching updates per learner dispatch (the update-to-data ratio is kept). Each dispatch costs the host about a millisecond or more on an accelerator, so one env and one update per iteration would be all overhead; the behaviour policy is then up to this many steps old. 0: 64. The fused sync loop ignores it."""
+    """Off-policy concurrent and async: fewest env steps (all envs together) acted per host dispatch, with their updates (the update-to-data ratio kept); the behaviour policy is up to this many steps old. 0: 64 (docs/schedules.md)."""
     resume: Path | None = None
     """Continue the run in this directory from its newest complete checkpoint, with the config it saved; only --total-steps, --progress and --no-compile-cache may be given beside it."""
     checkpoint_interval: int = 100_000

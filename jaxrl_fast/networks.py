@@ -99,14 +99,16 @@ class MLP(nn.Module):
     activation: str = "tanh"
     out_scale: float = 1.0
     layer_norm: bool = False
+    with_features: bool = False  # also return the last hidden layer's output
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array) -> Any:
         act = ACTIVATIONS[self.activation]
         for size in self.hidden_sizes:
             x = nn.Dense(size, kernel_init=orthogonal(math.sqrt(2.0)))(x)
             x = act(nn.LayerNorm()(x) if self.layer_norm else x)
-        return nn.Dense(self.out_size, kernel_init=orthogonal(self.out_scale))(x)
+        out = nn.Dense(self.out_size, kernel_init=orthogonal(self.out_scale))(x)
+        return (out, x) if self.with_features else out
 
 
 class GaussianPolicy(nn.Module):
@@ -123,6 +125,29 @@ class GaussianPolicy(nn.Module):
         mean = MLP(self.hidden_sizes, self.action_size, self.activation, 0.01, self.layer_norm)(x)
         log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_size,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
+
+
+class StateDependentGaussianPolicy(nn.Module):
+    """Mean from an MLP, and gSDE's exploration (Raffin et al. 2022): the noise is the MLP's last
+    hidden features times a matrix whose entries have a learned log standard deviation each.
+
+    Returns `(mean [..., A], features [..., F], log_std [F, A])`; the features carry no gradient
+    (the noise trains only its scale), as in SB3's default.
+    """
+
+    hidden_sizes: Sequence[int]
+    action_size: int
+    activation: str = "tanh"
+    init_log_std: float = 0.0
+    layer_norm: bool = False
+    mean_scale: float = 0.01  # orthogonal gain of the mean's layer
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        mean, features = MLP(self.hidden_sizes, self.action_size, self.activation, self.mean_scale, self.layer_norm,
+                             with_features=True)(x)
+        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (features.shape[-1], self.action_size))
+        return mean, jax.lax.stop_gradient(features), log_std
 
 
 def frames_to_nhwc(x: jax.Array, channels_first: bool) -> tuple[jax.Array, tuple[int, ...]]:
@@ -259,11 +284,15 @@ def mlp(net: NetworkConfig, out_size: int, out_scale: float) -> MLP:
     return MLP(tuple(net.hidden_sizes), out_size, net.activation, out_scale, net.layer_norm)
 
 
-def make_policy_network(spec: EnvSpec, net: NetworkConfig, init_log_std: float = 0.0) -> Network:
+def make_policy_network(spec: EnvSpec, net: NetworkConfig, init_log_std: float = 0.0, sde: bool = False) -> Network:
     """`apply(params, obs [..., *obs_shape])` -> logits `[..., A]`, or `(mean, log_std)` `[..., A]`
-    with the log standard deviation starting at `init_log_std`."""
+    with the log standard deviation starting at `init_log_std`; with `sde` (continuous actions),
+    `StateDependentGaussianPolicy`'s `(mean, features, log_std [F, A])`."""
     if spec.discrete:
         module: nn.Module = mlp(net, spec.num_actions, 0.01)
+    elif sde:
+        module = StateDependentGaussianPolicy(tuple(net.hidden_sizes), math.prod(spec.action_shape), net.activation,
+                                              init_log_std, net.layer_norm)
     else:
         module = GaussianPolicy(tuple(net.hidden_sizes), math.prod(spec.action_shape), net.activation,
                                 init_log_std, net.layer_norm)
@@ -312,9 +341,21 @@ def make_deterministic_policy(spec: EnvSpec, net: NetworkConfig) -> Network:
     return Network(network.init, lambda params, obs: jnp.tanh(network.apply(params, obs)))
 
 
-def make_squashed_gaussian_policy(spec: EnvSpec, net: NetworkConfig) -> Network:
-    """`apply(params, obs)` -> `(mean, log_std)` of the pre-tanh Gaussian, log_std in [-5, 2]."""
+def make_squashed_gaussian_policy(spec: EnvSpec, net: NetworkConfig, sde_log_std_init: float | None = None) -> Network:
+    """`apply(params, obs)` -> `(mean, log_std)` of the pre-tanh Gaussian, log_std in [-5, 2]; with
+    `sde_log_std_init`, `StateDependentGaussianPolicy`'s `(mean, features, log_std [F, A])`, the mean
+    clipped to [-2, 2] (as SB3's gSDE SAC: tanh saturates past it)."""
     size = math.prod(spec.action_shape)
+    if sde_log_std_init is not None:
+        module = StateDependentGaussianPolicy(tuple(net.hidden_sizes), size, net.activation, sde_log_std_init,
+                                              net.layer_norm, mean_scale=1.0)
+        sde = _network(encoded(module, spec, net), spec)
+
+        def apply_sde(params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+            mean, features, log_std = sde.apply(params, obs)
+            return jnp.clip(mean, -2.0, 2.0), features, log_std
+
+        return Network(sde.init, apply_sde)
     network = _network(encoded(mlp(net, 2 * size, 1.0), spec, net), spec)
 
     def apply(params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:

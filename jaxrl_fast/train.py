@@ -211,8 +211,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
 
 
 def check_action_space(config: TrainConfig) -> None:
-    """Refuse EnvPool options the env does not have, an algorithm that cannot act in its action
-    space, and what cannot take its observations."""
+    """Refuse EnvPool options the env does not have, an algorithm (or gSDE) that cannot act in its
+    action space, and what cannot take its observations."""
     from jaxrl_fast.env import check_env_kwargs, parse_env_kwargs, probe_spec
 
     options = parse_env_kwargs(config.env_kwargs)
@@ -221,6 +221,8 @@ def check_action_space(config: TrainConfig) -> None:
     error = action_space_error(config.algo, spec)
     if error is not None:
         raise ConfigError(error)
+    if spec.discrete and getattr(algo_config(config), "use_sde", False):
+        raise ConfigError(f"--{config.algo}.use-sde needs continuous actions; {config.env} has discrete actions")
     check_observations(config, spec)
 
 

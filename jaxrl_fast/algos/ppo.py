@@ -57,6 +57,8 @@ class PPOConfig(NetworkConfig):
     """Standardise advantages per minibatch."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    use_sde: bool = False
+    """gSDE exploration, one matrix per env per rollout (docs/algorithms.md)."""
 
 
 METRICS = ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
@@ -76,6 +78,7 @@ class ActorCriticOptStates(NamedTuple):
 class PPOState(NamedTuple):
     params: ActorCriticParams
     opt_states: ActorCriticOptStates
+    sde_matrix: Any = ()  # use_sde: standard normal [num_envs, F, A], each env's exploration matrix for the next rollout
 
 
 class PPOExtras(NamedTuple):
@@ -100,6 +103,14 @@ def validate(config: PPOConfig, train: Any) -> list[str]:
     return errors
 
 
+def gaussian_params(policy_net: Network, config: PPOConfig, actor_params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The policy's Gaussian `(mean, log_std)` `[..., A]`; with gSDE, the log std of its noise at these states."""
+    if not config.use_sde:
+        return policy_net.apply(actor_params, obs)
+    mean, features, log_std = policy_net.apply(actor_params, obs)
+    return mean, dist.sde_log_std(features, log_std)
+
+
 def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: Network):
     """`loss(params, minibatch) -> (loss, metrics)`: clipped surrogate, value loss, entropy bonus."""
 
@@ -107,7 +118,7 @@ def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: 
         if spec.discrete:
             logits = policy_net.apply(actor_params, obs)
             return dist.categorical_log_prob(logits, action), dist.categorical_entropy(logits)
-        mean, log_std = policy_net.apply(actor_params, obs)
+        mean, log_std = gaussian_params(policy_net, config, actor_params, obs)
         return dist.gaussian_log_prob(mean, log_std, action), dist.gaussian_entropy(log_std)
 
     def loss_fn(params: ActorCriticParams, mb: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -137,10 +148,11 @@ def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: 
 
 
 def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss_fn: Any, value_net: Network,
-                batch_size: int, axis_name: str | None = None):
+                batch_size: int, axis_name: str | None = None, draw_sde_matrix: Any = None):
     """`update(state, rollout, key) -> (state, metrics)`: GAE over the rollout, then
     `update_epochs` passes of `num_minibatches` minibatch steps, each role with its optimizer
-    (data-parallel over `axis_name`: both roles' gradients averaged over the shards in one all-reduce)."""
+    (data-parallel over `axis_name`: both roles' gradients averaged over the shards in one all-reduce);
+    with gSDE, `draw_sde_matrix(key)` then draws the exploration matrices of the next rollout."""
     def minibatch_step(state: PPOState, mb: Batch) -> tuple[PPOState, dict[str, jax.Array]]:
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, mb)
         grads = shard_mean(grads, axis_name)
@@ -151,7 +163,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
             optax.apply_updates(state.params.critic, critic_updates),
         )
         metrics["train/grad_norm"] = global_norm(grads)
-        return PPOState(params, ActorCriticOptStates(actor_opt, critic_opt)), metrics
+        return state._replace(params=params, opt_states=ActorCriticOptStates(actor_opt, critic_opt)), metrics
 
     def update(state: PPOState, rollout: Rollout, key: jax.Array) -> tuple[PPOState, dict[str, jax.Array]]:
         tr = rollout.transitions  # [T, B, ...]
@@ -170,6 +182,9 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
             weight=flat(tr.valid.astype(jnp.float32)),
         )
 
+        if config.use_sde:  # the split only with gSDE: other runs keep their minibatch order
+            key, sde_key = jax.random.split(key)
+            state = state._replace(sde_matrix=draw_sde_matrix(sde_key))
         state, metrics = minibatch_epochs(minibatch_step, state, batch, key, config.update_epochs, config.num_minibatches)
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["train/explained_variance"] = 1.0 - weighted_mean(
@@ -181,7 +196,9 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
 
 
 def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Algorithm:
-    policy_net = make_policy_network(spec, config, init_log_std=config.log_std_init)
+    if config.use_sde and spec.discrete:
+        raise ValueError(f"--ppo.use-sde needs continuous actions; {spec.env_id} has discrete actions")
+    policy_net = make_policy_network(spec, config, init_log_std=config.log_std_init, sde=config.use_sde)
     value_net = make_value_network(spec, config)
     batch_size = spec.num_envs * config.num_steps
     if batch_size % config.num_minibatches:
@@ -196,30 +213,40 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
     low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
 
+    def draw_sde_matrix(key: jax.Array) -> jax.Array:
+        example = jnp.zeros((1, *spec.obs_shape), spec.obs_dtype)
+        log_std = jax.eval_shape(lambda k: policy_net.apply(policy_net.init(k), example)[2], key)  # [F, A]
+        return jax.random.normal(key, (spec.num_envs, *log_std.shape))
+
     def init(key: jax.Array) -> PPOState:
         actor_key, critic_key = jax.random.split(key)
         params = ActorCriticParams(policy_net.init(actor_key), value_net.init(critic_key))
-        return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)))
+        sde_matrix = draw_sde_matrix(jax.random.fold_in(key, 1)) if config.use_sde else ()
+        return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)), sde_matrix)
 
     def act(state: PPOState, obs: jax.Array, key: jax.Array) -> Act:
         if spec.discrete:
             logits = policy_net.apply(state.params.actor, obs)
             action = dist.categorical_sample(key, logits)
             return Act(action, action, PPOExtras(dist.categorical_log_prob(logits, action)))
-        mean, log_std = policy_net.apply(state.params.actor, obs)
-        action = dist.gaussian_sample(key, mean, log_std)
+        if config.use_sde:  # the rollout's matrix per env: each env explores one smooth direction
+            mean, features, sde_log_std = policy_net.apply(state.params.actor, obs)
+            action = mean + dist.sde_noise(features, state.sde_matrix, sde_log_std)
+            log_std = dist.sde_log_std(features, sde_log_std)
+        else:
+            mean, log_std = policy_net.apply(state.params.actor, obs)
+            action = dist.gaussian_sample(key, mean, log_std)
         extras = PPOExtras(dist.gaussian_log_prob(mean, log_std, action))
         return Act(action, jnp.clip(action, low, high), extras)
 
     def act_deterministic(actor_params: Any, obs: jax.Array) -> jax.Array:
         if spec.discrete:
             return dist.categorical_mode(policy_net.apply(actor_params, obs))
-        mean, _ = policy_net.apply(actor_params, obs)
-        return jnp.clip(mean, low, high)
+        return jnp.clip(policy_net.apply(actor_params, obs)[0], low, high)
 
     loss_fn = make_loss(config, spec, policy_net, value_net)
 
-    update = make_update(config, optimizer, loss_fn, value_net, batch_size, axis_name)
+    update = make_update(config, optimizer, loss_fn, value_net, batch_size, axis_name, draw_sde_matrix)
 
     return Algorithm(
         init=init,

@@ -19,7 +19,7 @@ from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards,
 from jaxrl_fast.data import Act, OffPolicyAlgorithm
 from jaxrl_fast.env import EnvSpec
 from jaxrl_fast.networks import Network, make_q_network, make_squashed_gaussian_policy
-from jaxrl_fast.ops.distributions import tanh_gaussian_sample_and_log_prob
+from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import polyak, weighted_mean
 from jaxrl_fast.replay import Batch
 
@@ -40,6 +40,12 @@ class SACConfig(ReplayConfig):
     """Initial entropy temperature."""
     autotune: bool = True
     """Tune the entropy temperature towards -action_dim."""
+    use_sde: bool = False
+    """gSDE exploration (docs/algorithms.md)."""
+    sde_sample_freq: int = 32
+    """use_sde: env steps per env per exploration matrix."""
+    log_std_init: float = -3.0
+    """use_sde: initial log std of the matrix's entries."""
 
 
 METRICS = ("train/critic_loss", "train/q_mean", "train/actor_loss", "train/alpha", "train/entropy", "train/actor_updates")
@@ -50,7 +56,8 @@ def validate(config: SACConfig, train: Any) -> list[str]:
     return validate_replay("sac", config, train) + [
         f"--sac.{name.replace('_', '-')} must be positive, got {value}" for name, value in rates if not value > 0
     ] + ([f"--sac.tau must be in (0, 1], got {config.tau}"] if not 0.0 < config.tau <= 1.0 else []) + (
-        [f"--sac.init-alpha must be positive, got {config.init_alpha}"] if not config.init_alpha > 0 else [])
+        [f"--sac.init-alpha must be positive, got {config.init_alpha}"] if not config.init_alpha > 0 else []) + (
+        [f"--sac.sde-sample-freq must be positive, got {config.sde_sample_freq}"] if config.sde_sample_freq < 1 else [])
 
 
 class SACActorState(NamedTuple):
@@ -58,6 +65,14 @@ class SACActorState(NamedTuple):
     log_alpha: jax.Array  # float32 []
     policy_opt: Any
     alpha_opt: Any
+    sde_key: Any = ()  # use_sde: uint32 key data the exploration matrices are drawn from
+
+
+class SDEActing(NamedTuple):
+    """What gSDE's acting needs: the policy, and the key of its exploration matrices."""
+
+    policy: Any
+    sde_key: jax.Array  # uint32 key data
 
 
 class SACCriticState(NamedTuple):
@@ -117,13 +132,13 @@ def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformatio
             "train/alpha": jnp.exp(log_alpha),
             "train/entropy": -weighted_mean(log_prob, weight),
         }
-        return SACActorState(policy, log_alpha, policy_opt_state, alpha_opt_state), metrics
+        return state._replace(policy=policy, log_alpha=log_alpha, policy_opt=policy_opt_state, alpha_opt=alpha_opt_state), metrics
 
     return update_actor
 
 
 def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: str | None = None) -> OffPolicyAlgorithm:
-    policy_net = make_squashed_gaussian_policy(spec, config)
+    policy_net = make_squashed_gaussian_policy(spec, config, config.log_std_init if config.use_sde else None)
     q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
     target_entropy = -float(math.prod(spec.action_shape))
@@ -135,21 +150,35 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
         policy = policy_net.init(policy_key)
         log_alpha = jnp.asarray(math.log(config.init_alpha), jnp.float32)
         q = q_net.init(q_key)
-        actor = SACActorState(policy, log_alpha, policy_opt.init(policy), alpha_opt.init(log_alpha))
+        sde_key = jax.random.key_data(jax.random.fold_in(key, 1)) if config.use_sde else ()
+        actor = SACActorState(policy, log_alpha, policy_opt.init(policy), alpha_opt.init(log_alpha), sde_key)
         return actor, SACCriticState(q, q, q_opt.init(q))
 
     def sample(policy: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Env-scaled action and its log-probability (with the scaling's Jacobian)."""
-        mean, log_std = policy_net.apply(policy, obs)
-        unit, log_prob = tanh_gaussian_sample_and_log_prob(key, mean, log_std)
+        """Env-scaled action and its log-probability (with the scaling's Jacobian); with gSDE, one
+        exploration matrix for the whole batch, as SB3 draws per gradient step."""
+        if config.use_sde:
+            mean, features, log_std = policy_net.apply(policy, obs)
+            u = mean + dist.sde_noise(features, jax.random.normal(key, log_std.shape), log_std)
+            unit, log_prob = dist.tanh_squash(u, dist.gaussian_log_prob(mean, dist.sde_log_std(features, log_std), u))
+        else:
+            mean, log_std = policy_net.apply(policy, obs)
+            unit, log_prob = dist.tanh_gaussian_sample_and_log_prob(key, mean, log_std)
         return scale.to_env(unit), log_prob - scale.log_det
 
-    def act(policy: Any, obs: jax.Array, key: jax.Array, env_step: jax.Array) -> Act:
-        action, _ = sample(policy, obs, key)
+    def act(params: Any, obs: jax.Array, key: jax.Array, env_step: jax.Array) -> Act:
+        if config.use_sde:  # each env's matrix, held for sde_sample_freq of its steps: one smooth direction
+            mean, features, log_std = policy_net.apply(params.policy, obs)
+            draw = jnp.floor(env_step / (obs.shape[0] * config.sde_sample_freq)).astype(jnp.int32)
+            matrices = jax.random.normal(jax.random.fold_in(jax.random.wrap_key_data(params.sde_key), draw),
+                                         (obs.shape[0], *log_std.shape))
+            action = scale.to_env(jnp.tanh(mean + dist.sde_noise(features, matrices, log_std)))
+        else:
+            action, _ = sample(params, obs, key)
         return Act(action, action, ())
 
-    def act_deterministic(policy: Any, obs: jax.Array) -> jax.Array:
-        mean, _ = policy_net.apply(policy, obs)
+    def act_deterministic(params: Any, obs: jax.Array) -> jax.Array:
+        mean = policy_net.apply(params.policy if config.use_sde else params, obs)[0]
         return scale.to_env(jnp.tanh(mean))
 
     def update_critic(state: SACCriticState, actor: PolicyAndAlpha, batch: Batch, key: jax.Array):
@@ -172,7 +201,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
 
     return OffPolicyAlgorithm(
         init=init,
-        acting_params=lambda actor, critic: actor.policy,
+        acting_params=lambda actor, critic: SDEActing(actor.policy, actor.sde_key) if config.use_sde else actor.policy,
         act=act,
         random_act=random_act(spec),
         act_deterministic=act_deterministic,

@@ -41,6 +41,19 @@ def gaussian_entropy(log_std: jax.Array) -> jax.Array:
     return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
 
 
+def sde_log_std(features: jax.Array, log_std: jax.Array) -> jax.Array:
+    """Per-action log standard deviation of gSDE's noise `features @ (E * exp(log_std))`, E standard
+    normal: var_a = sum_f features_f^2 exp(2 log_std_fa). `features [..., F]`, `log_std [F, A]` -> `[..., A]`."""
+    return 0.5 * jnp.log((features**2) @ jnp.exp(2.0 * log_std) + 1e-12)
+
+
+def sde_noise(features: jax.Array, unit_matrix: jax.Array, log_std: jax.Array) -> jax.Array:
+    """gSDE's exploration noise `features @ (unit_matrix * exp(log_std))`, linear in the features: while
+    the matrix is held, the noise is a smooth function of the state. `features [..., F]`,
+    `unit_matrix` standard normal `[..., F, A]` (one per env) or `[F, A]` (shared) -> `[..., A]`."""
+    return (features[..., :, None] * (unit_matrix * jnp.exp(log_std))).sum(-2)
+
+
 def tanh_gaussian_sample_and_log_prob(key: jax.Array, mean: jax.Array, log_std: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Sample a = tanh(u), u ~ N(mean, std); log-prob with the change-of-variables correction.
 
@@ -48,5 +61,10 @@ def tanh_gaussian_sample_and_log_prob(key: jax.Array, mean: jax.Array, log_std: 
         log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))   (stable for large |u|)
     """
     u = gaussian_sample(key, mean, log_std)
+    return tanh_squash(u, gaussian_log_prob(mean, log_std, u))
+
+
+def tanh_squash(u: jax.Array, log_prob: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`a = tanh(u)` `[..., A]` and its log-probability from u's `log_prob` `[...]` (see above)."""
     log_det = 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
-    return jnp.tanh(u), gaussian_log_prob(mean, log_std, u) - log_det.sum(-1)
+    return jnp.tanh(u), log_prob - log_det.sum(-1)
