@@ -117,13 +117,13 @@ class GaussianPolicy(nn.Module):
     hidden_sizes: Sequence[int]
     action_size: int
     activation: str = "tanh"
-    init_log_std: float = 0.0
+    log_std_init: float = 0.0
     layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         mean = MLP(self.hidden_sizes, self.action_size, self.activation, 0.01, self.layer_norm)(x)
-        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_size,))
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_size,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
 
 
@@ -138,7 +138,7 @@ class StateDependentGaussianPolicy(nn.Module):
     hidden_sizes: Sequence[int]
     action_size: int
     activation: str = "tanh"
-    init_log_std: float = 0.0
+    log_std_init: float = 0.0
     layer_norm: bool = False
     mean_scale: float = 0.01  # orthogonal gain of the mean's layer
 
@@ -146,7 +146,7 @@ class StateDependentGaussianPolicy(nn.Module):
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         mean, features = MLP(self.hidden_sizes, self.action_size, self.activation, self.mean_scale, self.layer_norm,
                              with_features=True)(x)
-        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (features.shape[-1], self.action_size))
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (features.shape[-1], self.action_size))
         return mean, jax.lax.stop_gradient(features), log_std
 
 
@@ -284,18 +284,18 @@ def mlp(net: NetworkConfig, out_size: int, out_scale: float) -> MLP:
     return MLP(tuple(net.hidden_sizes), out_size, net.activation, out_scale, net.layer_norm)
 
 
-def make_policy_network(spec: EnvSpec, net: NetworkConfig, init_log_std: float = 0.0, sde: bool = False) -> Network:
+def make_policy_network(spec: EnvSpec, net: NetworkConfig, log_std_init: float = 0.0, sde: bool = False) -> Network:
     """`apply(params, obs [..., *obs_shape])` -> logits `[..., A]`, or `(mean, log_std)` `[..., A]`
-    with the log standard deviation starting at `init_log_std`; with `sde` (continuous actions),
+    with the log standard deviation starting at `log_std_init`; with `sde` (continuous actions),
     `StateDependentGaussianPolicy`'s `(mean, features, log_std [F, A])`."""
     if spec.discrete:
         module: nn.Module = mlp(net, spec.num_actions, 0.01)
     elif sde:
         module = StateDependentGaussianPolicy(tuple(net.hidden_sizes), math.prod(spec.action_shape), net.activation,
-                                              init_log_std, net.layer_norm)
+                                              log_std_init, net.layer_norm)
     else:
         module = GaussianPolicy(tuple(net.hidden_sizes), math.prod(spec.action_shape), net.activation,
-                                init_log_std, net.layer_norm)
+                                log_std_init, net.layer_norm)
     return _network(encoded(module, spec, net), spec)
 
 

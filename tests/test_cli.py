@@ -164,6 +164,8 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
         (["--algo", "sac", "--env", "Pendulum-v1", "--sac.use-sde", "--sac.sde-sample-freq", "0"],
          "--sac.sde-sample-freq must be positive"),
         (["--algo", "ppo", "--env", "CartPole-v1", "--ppo.use-sde"], "--ppo.use-sde needs continuous actions"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--sac.use-sde", "--schedule", "async", "--num-envs", "4",
+          "--env-batch-size", "2"], "leave --env-batch-size at 0"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--num-envs", "4", "--env-batch-size", "8"],
          "--env-batch-size 8 must be between 0 (all envs) and --num-envs 4"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--num-envs", "4", "--env-batch-size", "2"],

@@ -72,7 +72,7 @@ def make_ppo_policy_apply(algo, state, obs):
     """The policy network's `(mean, features, log_std)`, rebuilt as make_ppo builds it."""
     from jaxrl_fast.networks import make_policy_network
     spec = dataclasses.replace(probe_spec("Pendulum-v1"), num_envs=3)
-    return make_policy_network(spec, PPOConfig(), init_log_std=-1.0, sde=True).apply(state.params.actor, obs)
+    return make_policy_network(spec, PPOConfig(), log_std_init=-1.0, sde=True).apply(state.params.actor, obs)
 
 
 def test_sac_sde_redraws_each_envs_matrix_every_sde_sample_freq_steps():

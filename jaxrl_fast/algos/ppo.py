@@ -198,7 +198,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
 def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Algorithm:
     if config.use_sde and spec.discrete:
         raise ValueError(f"--ppo.use-sde needs continuous actions; {spec.env_id} has discrete actions")
-    policy_net = make_policy_network(spec, config, init_log_std=config.log_std_init, sde=config.use_sde)
+    policy_net = make_policy_network(spec, config, log_std_init=config.log_std_init, sde=config.use_sde)
     value_net = make_value_network(spec, config)
     batch_size = spec.num_envs * config.num_steps
     if batch_size % config.num_minibatches:

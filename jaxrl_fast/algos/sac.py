@@ -57,7 +57,9 @@ def validate(config: SACConfig, train: Any) -> list[str]:
         f"--sac.{name.replace('_', '-')} must be positive, got {value}" for name, value in rates if not value > 0
     ] + ([f"--sac.tau must be in (0, 1], got {config.tau}"] if not 0.0 < config.tau <= 1.0 else []) + (
         [f"--sac.init-alpha must be positive, got {config.init_alpha}"] if not config.init_alpha > 0 else []) + (
-        [f"--sac.sde-sample-freq must be positive, got {config.sde_sample_freq}"] if config.sde_sample_freq < 1 else [])
+        [f"--sac.sde-sample-freq must be positive, got {config.sde_sample_freq}"] if config.sde_sample_freq < 1 else []) + (
+        [f"--sac.use-sde holds a matrix per env, but --env-batch-size {train.env_batch_size} acts on other envs each "
+         "step: leave --env-batch-size at 0"] if config.use_sde and train.env_batch_size not in (0, train.num_envs) else [])
 
 
 class SACActorState(NamedTuple):
