@@ -85,6 +85,17 @@ def test_agents_on_atari_frame_stacks_are_bitwise_their_single_runs():
     assert not np.array_equal(many.env.obs[0], many.env.obs[LAST])  # the agents did not play one game
 
 
+def test_agents_exploring_with_gsde_are_bitwise_their_single_runs():
+    """Each agent's exploration matrices are its own state, drawn from its own keys."""
+    hyper = PPOConfig(num_steps=16, num_minibatches=2, update_epochs=2, use_sde=True)
+    options = EnvOptions(False, False, 0.99)
+    many, _ = run_loop(make_ppo, hyper, AGENTS, SEED, options, env_id="Pendulum-v1")
+    single, _ = run_loop(make_ppo, hyper, 1, SEED + LAST, options, env_id="Pendulum-v1")
+    chex.assert_trees_all_equal(agent_part(many.algo, LAST), single.algo)
+    np.testing.assert_array_equal(many.env.obs[LAST], single.env.obs)
+    assert not np.array_equal(many.algo.sde_matrix[0], many.algo.sde_matrix[LAST])
+
+
 def test_batched_updates_match_the_single_runs_up_to_reassociation():
     make, hyper = CASES["ppo"]
     options = EnvOptions(True, False, 0.99)  # the observation statistics are each agent's own
@@ -134,9 +145,10 @@ def test_a_run_stopped_between_agents_saves_resumes_from_the_step_every_agent_sa
     assert agents_out_of_step(tmp_path) == ["seed_0"]
 
 
-def off_policy_loop(num_agents, seed):
+def off_policy_loop(num_agents, seed, **sac):
     config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), seed=seed,
                                  num_seeds=num_agents, total_steps=4_000)
+    config = dataclasses.replace(config, sac=dataclasses.replace(config.sac, **sac))
     envs = config.num_envs
     env = make_xla_env("Pendulum-v1", num_agents * envs, 1, agent_env_seeds(seed, num_agents, envs) if num_agents > 1 else seed)
     algo = make_algorithm(config, dataclasses.replace(env.spec, num_envs=envs))
@@ -147,9 +159,10 @@ def off_policy_loop(num_agents, seed):
     return jax.block_until_ready(state), env
 
 
-def test_off_policy_agents_share_one_buffer_and_each_learns_as_its_single_run():
-    many, _ = off_policy_loop(AGENTS, SEED)
-    single, _ = off_policy_loop(1, SEED + LAST)
+@pytest.mark.parametrize("sac", [{}, {"use_sde": True, "sde_sample_freq": 8}], ids=["gaussian", "gsde"])
+def test_off_policy_agents_share_one_buffer_and_each_learns_as_its_single_run(sac):
+    many, _ = off_policy_loop(AGENTS, SEED, **sac)
+    single, _ = off_policy_loop(1, SEED + LAST, **sac)
     # the same rows in the agent's own columns of the shared buffer, so the same actions were taken
     chex.assert_trees_all_equal(agent_columns(many.replay, LAST, AGENTS), single.replay)
     # XLA fuses SAC's updates inside the agents' loop differently from a single run's: their last

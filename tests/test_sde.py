@@ -107,7 +107,7 @@ def test_sde_off_leaves_the_state_as_before():
     assert actor.sde_key == ()
 
 
-SOLVING_SEED = 7  # about half the seeds solve it in the preset's 20,000 steps (docs/benchmark.md); this one does
+SOLVING_SEED = 1  # 18 of seeds 0-23 end at 88 or more in the preset's 20,000 steps (docs/benchmark.md); this one does
 
 
 def test_ppo_with_sde_climbs_mountain_car_continuous(tmp_path):
