@@ -98,8 +98,7 @@ def test_sac_sde_redraws_each_envs_matrix_every_sde_sample_freq_steps():
 
 
 def test_sde_off_leaves_the_state_as_before():
-    """Without gSDE nothing of the draws changes: no matrix, and the same initial parameters as a
-    config that never heard of it."""
+    """Without gSDE the state holds no exploration matrix or key (so no extra draws)."""
     spec = probe_spec("Pendulum-v1")
     state = make_ppo(PPOConfig(), spec, total_steps=1000).init(jax.random.key(0))
     assert state.sde_matrix == ()
