@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -27,6 +28,17 @@ def calls_to(tree: ast.AST, dotted: str) -> list[int]:
         if isinstance(node, ast.Call) and ast.unparse(node.func) == dotted:
             lines.append(node.lineno)
     return lines
+
+
+@pytest.mark.parametrize("category", [DeprecationWarning, FutureWarning])
+def test_a_deprecation_raised_from_the_package_fails_the_suite(category):
+    """pyproject.toml's warning filters turn a deprecation attributed to a jaxrl_fast module into an
+    error (a library's notice that our call will break in its next release), and leave others' alone."""
+    with pytest.raises(category):
+        warnings.warn_explicit("old call", category, "jaxrl_fast/env.py", 1, module="jaxrl_fast.env")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn_explicit("old call", category, "somewhere/else.py", 1, module="somewhere.else")
+    assert len(caught) == 1
 
 
 def test_only_placement_asks_jax_for_devices():
@@ -117,7 +129,7 @@ def test_each_algorithm_declares_what_the_engine_reads(name):
     assert set(spec.metrics) == reported_metrics(name, spec)
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_a_new_algorithm_is_one_file(tmp_path):
     """A copy of the package with one more module in algos/ trains it from the CLI, flags and all."""
     package = tmp_path / "jaxrl_fast"
