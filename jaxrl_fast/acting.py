@@ -109,7 +109,8 @@ def map_agents(f: Callable, in_axes: Any = 0) -> Callable:
     """Like `jax.vmap(f, in_axes)` (outputs on axis 0), but one agent after another (`lax.map`).
 
     Each agent then runs the single run's program op for op, and its results are bitwise those of
-    the single run; vmapped, XLA batches the matmuls and reductions and may sum them in another
+    the single run where XLA compiles the body as it compiles a lone call (JAX 0.10 does; JAX 0.12
+    compiles PPO's advantage recursion differently inside the loop); vmapped, XLA batches the matmuls and reductions and may sum them in another
     order (relative differences of 1e-6 after one PPO update, which Adam's many steps amplify until
     trajectories part after a few dozen updates)."""
 

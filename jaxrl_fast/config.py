@@ -32,7 +32,7 @@ class RunConfig:
     total_steps: int = 100_000
     """Environment steps to train for (summed over all envs; per seed with --num-seeds)."""
     num_seeds: int = 1
-    """Train N independent agents, seeds --seed .. --seed + N - 1, in one program over one EnvPool of N x --num-envs envs, each the single run with its seed (bitwise for PPO and PQN on raw observations; docs/seeds.md). RUN_DIR/seed_<k> is agent k's complete run directory; RUN_DIR/summary.json aggregates them. sync schedule, single placement."""
+    """Train N independent agents, seeds --seed .. --seed + N - 1, in one program over one EnvPool of N x --num-envs envs, each the single run with its seed (bitwise for PQN on raw observations, and for PPO on JAX 0.10; docs/seeds.md). RUN_DIR/seed_<k> is agent k's complete run directory; RUN_DIR/summary.json aggregates them. sync schedule, single placement."""
     batch_seed_updates: bool = False
     """--num-seeds: vmap the agents' updates into one batched program instead of one agent after another. Faster where an update is bound by its batch (accelerators); agent k then equals the single run with its seed only up to floating-point reassociation, which training amplifies until trajectories part."""
     env_kwargs: tuple[str, ...] = ()

@@ -21,7 +21,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache" / "jaxrl_fast" / "calibration"
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, tmp_path, capsys):
     config = resolve_defaults("CartPole-v1", "ppo", "classic_control")
     result = calibration.calibrate(config, budget_s=12.0)
@@ -48,7 +48,7 @@ def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, 
     assert "choice:" in capsys.readouterr().err
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
     config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), schedule="async", num_envs=8)
     result = calibration.calibrate(config, budget_s=15.0)
@@ -69,7 +69,7 @@ def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
     assert applied.env_batch_size == (choice["env_batch_size"] if choice["env_batch_size"] < choice["num_envs"] else 0)
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_recalibrate_measures_again(cache):
     config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), num_envs=4)
     first = calibration.calibrate(config, budget_s=6.0)

@@ -46,7 +46,7 @@ def wait_for(predicate, proc, timeout=300.0):
         time.sleep(0.05)
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(tmp_path):
     run_dir = tmp_path / "run"
     # 256 steps per iteration (8 envs x 32), a log line every 4 iterations, a checkpoint every 8
@@ -83,11 +83,14 @@ def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(
         obs, reward, terminated, truncated, _ = pool.step(policy(obs))
         returns += reward * running
         running &= ~(terminated | truncated)
-    assert returns.mean() >= 200.0  # it learned, and the loaded policy is the learned one
+    # it learned, and the loaded policy is the learned one. The margin holds on any machine: of seeds
+    # 0-47 trained to this step (experiments/learning_margins.py, case ppo_cartpole_30k), 47 evaluated
+    # at 500 and none below 200
+    assert returns.mean() >= 200.0
     assert policy(obs[0]).shape == ()  # a single observation gives a single action
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_cli("--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--total-steps", "100000",

@@ -16,7 +16,7 @@ def run_cli(*args, cwd=None):
     )
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_cli_trains_and_writes_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("--total-steps", "6000", "--eval-interval", "2048", "--log-interval", "2048", "--run-dir", str(run_dir))
@@ -180,7 +180,7 @@ def test_off_policy_bad_input_is_refused(tmp_path, capsys, args, message):
     assert not run_dir.exists()
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_cli_trains_sac_with_split_placement_and_records_it(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("--algo", "sac", "--env", "Pendulum-v1", "--placement", "split", "--total-steps", "1500",

@@ -41,7 +41,7 @@ def test_notebooks_are_stored_without_outputs():
                    for cell in notebook.cells if cell.cell_type == "code"), path.name
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_quickstart_trains_plots_and_plays_the_saved_policy(tmp_path, monkeypatch):
     notebook = execute("quickstart.ipynb", tmp_path, monkeypatch)
     run_dir = tmp_path / "runs" / "quickstart"
@@ -53,7 +53,7 @@ def test_quickstart_trains_plots_and_plays_the_saved_policy(tmp_path, monkeypatc
     assert images(notebook) == 1  # the learning curve
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_offpolicy_split_puts_actor_and_critic_on_two_devices(tmp_path, monkeypatch):
     notebook = execute("offpolicy_split.ipynb", tmp_path, monkeypatch)
     run_dir = tmp_path / "runs" / "offpolicy_split"

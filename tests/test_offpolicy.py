@@ -152,9 +152,15 @@ def test_split_needs_two_devices():
         resolve_placement("split", devices=CPU[:1])
 
 
-@pytest.mark.parametrize("algo_name, budget", [("sac", 10_000), ("td3", 12_000)])
-@pytest.mark.slow 
+@pytest.mark.parametrize("algo_name, budget", [("sac", 10_000), ("td3", 16_000)])
+@pytest.mark.slow
 def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
+    """The preset, a fixed seed: an evaluation reaches -200 within the budget (the run stops there).
+
+    Why the margin holds on any machine (where last bits differ, the run is as another seed's): seeds
+    0-15 reached -200 by 4,256 steps with SAC (mean 3,444, standard deviation 655) and by 8,000 with
+    TD3 (mean 7,000, deviation 516; `experiments/learning_margins.py`, cases sac_pendulum and
+    td3_pendulum): each budget is at least twice the slowest seed's, and 10 deviations beyond the mean."""
     config = dataclasses.replace(
         resolve_defaults("Pendulum-v1", algo_name, "classic_control"),
         total_steps=budget, target_return=-200.0, run_dir=tmp_path / "run", progress="off", placement="single",
@@ -163,8 +169,15 @@ def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
     assert summary.get("target_step") is not None and summary["target_step"] <= budget
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_dqn_reaches_475_on_cartpole(tmp_path):
+    """The preset, a fixed seed: an evaluation reaches 475 within the budget (the run stops there).
+
+    Why the margin holds on any machine (where last bits differ, the run is as another seed's): seeds
+    0-15 reached 475 after 42,875 steps on average (standard deviation 8,921, the slowest 66,000;
+    `experiments/learning_margins.py`, case dqn_cartpole): the budget lies 6 deviations beyond the
+    mean. (A longer one would stretch the exploration schedule, a fraction of it.) Their final evaluations are no statistic to test: 9 of the
+    16 had fallen below 475 again by 100,000 steps."""
     config = dataclasses.replace(
         resolve_defaults("CartPole-v1", "dqn", "classic_control"),
         total_steps=100_000, target_return=475.0, eval_interval=5_000, log_interval=5_000,

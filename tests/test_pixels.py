@@ -133,32 +133,32 @@ def training_lines(run_dir):
 
 
 @pytest.mark.slow
-def test_pqn_learns_breakout_from_pixels_and_its_policy_loads_and_films(tmp_path):
+def test_pqn_trains_on_breakout_frames_and_its_policy_loads_and_films(tmp_path):
     """A short pixel run through the CLI with the Atari preset (episodic life and clipped rewards for
     the learner, whole unclipped games in the statistics, epsilon 0.05 in evaluation), the Nature CNN
-    with LayerNorm on 42x42 frames, 32 envs, 64k steps: 40-60 s on 2 CPU cores.
+    with LayerNorm on 42x42 frames, 32 envs, 16k steps: the losses stay finite, the statistics count
+    whole games, and the greedy policy films and loads.
 
-    Why this run: a CPU runs the Nature CNN at about 2,000 PQN steps/s on 42x42 frames (4x fewer
-    pixels than 84x84, the same network shape down to its 1x1 last convolution), so CI affords tens
-    of thousands of steps. Breakout scores from the first serve (a random policy's game scores about
-    1.4), and within that budget PQN learns to serve and return the ball often enough to lift the
-    score; Pong's first points take hundreds of thousands of steps.
-    """
+    It asserts no score: a CI budget on 2 CPU cores cannot show learning from pixels with a margin
+    that holds on any machine. Over seeds 0-15 of 64k steps (`experiments/learning_margins.py`, case
+    pqn_breakout_pixels) the training score rose from the first half of the run to the second by
+    0.81 points a game on average with a standard deviation of 0.41 across seeds (2 of the 16 rose
+    less than 0.2), and three agents in one process would have needed about 140 s to make that
+    rise's mean a margin of 2.6 deviations. Learning on Atari is measured by the benchmark instead
+    (docs/atari.md: Breakout 54.8 after 1.5M steps on this CPU)."""
     import jaxrl_fast
     from jaxrl_fast.train import main
     from jaxrl_fast.video import read_video
 
     run_dir = tmp_path / "run"
     assert main(["--env", "Breakout-v5", "--algo", "pqn", "--env-kwargs", "img_height=42", "img_width=42",
-                 "--num-envs", "32", "--total-steps", "65536", "--log-interval", "4096", "--eval-interval", "0",
+                 "--num-envs", "32", "--total-steps", "16384", "--log-interval", "4096", "--eval-interval", "0",
                  "--video-interval", "1", "--run-dir", str(run_dir), "--progress", "off"]) == 0
     lines = training_lines(run_dir)
-    assert lines[-1]["step"] == 65536
-    losses = np.array([line["train/q_loss"] for line in lines])
-    assert np.isfinite(losses).all() and losses[-4:].mean() < 0.8 * losses[:4].mean()
-    scores = np.array([line["train/episode_return"] for line in lines if line["train/episodes"] > 0])
-    first, last = scores[: len(scores) // 2].mean(), scores[len(scores) // 2:].mean()
-    assert last > first + 0.4, (first, last)  # whole games' unclipped scores (per life they would be ~1/5)
+    assert [line["step"] for line in lines] == [4096, 8192, 12288, 16384]
+    assert np.isfinite([line["train/q_loss"] for line in lines]).all()
+    games = [line for line in lines if line["train/episodes"] > 0]
+    assert games and all(line["train/episode_length"] > 100 for line in games)  # whole games of 5 lives, not lives
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval_failures"] == 0 and np.isfinite(summary["final_eval_return_mean"])
@@ -183,7 +183,7 @@ def test_ppo_trains_on_pixels_under_the_concurrent_schedule(tmp_path):
     (annealed over so short a run, the last updates would be nearly 0): every update moves the
     policy and the statistics count whole games. Its score does not move in a CI budget: on 2 CPU cores PPO runs
     about 1,000 steps/s here, and 100,000 steps on Breakout, Boxing or RoadRunner left the game
-    scores where a random policy's are (measured); PQN's test above carries that assertion."""
+    scores where a random policy's are (measured)."""
     from jaxrl_fast.train import main
 
     run_dir = tmp_path / "run"

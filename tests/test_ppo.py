@@ -16,19 +16,25 @@ from jaxrl_fast.schedules.sync import make_sync_loop
 from jaxrl_fast.trainer import train
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path):
-    """The default preset, fixed seed and budget: the final deterministic evaluation is solved."""
-    config = dataclasses.replace(
-        resolve_defaults("CartPole-v1", "ppo", "classic_control"), seed=1, run_dir=tmp_path / "run", progress="off"
-    )
+    """The default preset and budget, seeds 0-2 as three agents of one process: at least two end solved.
+
+    Why the margin holds on any machine: another machine's or JAX release's last bits send a run down
+    another trajectory, as another seed would. Over seeds 0-47 (`experiments/learning_margins.py`,
+    case ppo_cartpole) every agent reached 475 by 30k of the 100k steps and ended at 500, but 17 of
+    the 398 evaluations after an agent first reached 475 fell below it: one agent ends below 475 with
+    a chance of about 4%, two of three with about 0.5%."""
+    config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), seed=0, num_seeds=3,
+                                 run_dir=tmp_path / "run", progress="off")
     summary = train(config)
     assert summary["steps"] >= 99_000
-    assert summary["final_eval_return_mean"] >= 475.0
+    finals = summary["final_eval_return_mean"]
+    assert sum(final >= 475.0 for final in finals) >= 2, finals
     assert summary["eval_failures"] == 0
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_target_return_stops_at_first_evaluation_that_reaches_it(tmp_path):
     config = dataclasses.replace(
         resolve_defaults("CartPole-v1", "ppo", "classic_control"),

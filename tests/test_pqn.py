@@ -21,7 +21,12 @@ from jaxrl_fast.trainer import train
 
 @pytest.mark.slow
 def test_pqn_reaches_475_on_cartpole_within_its_preset_budget(tmp_path):
-    """The preset, a fixed seed: a greedy 10-episode evaluation reaches 475 before the budget ends."""
+    """The preset, a fixed seed: a greedy 10-episode evaluation reaches 475 before the budget ends.
+
+    Why the margin holds on any machine (where last bits differ, the run is as another seed's): seeds
+    0-15 of the preset reached 475 by 69,632 steps, on average by 35,072 (standard deviation 16,141;
+    `experiments/learning_margins.py`, case pqn_cartpole); the budget, 200,000 steps, is 2.9 times
+    the slowest and 10 deviations beyond the mean."""
     config = dataclasses.replace(resolve_defaults("CartPole-v1", "pqn", "classic_control"), seed=0,
                                  target_return=475.0, eval_interval=2_500, run_dir=tmp_path / "run", progress="off")
     summary = train(config)

@@ -33,7 +33,7 @@ def trace_files(run_dir: Path) -> tuple[list[Path], list[Path]]:
     return list(sessions.glob("*/*.xplane.pb")), list(sessions.glob("*/*.trace.json.gz"))
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_ppo_profile_writes_a_trace_that_summarizes_per_phase(tmp_path, capsys):
     run_dir = tmp_path / "ppo"
     argv = [*PPO_ARGS, "--run-dir", str(run_dir), "--profile", "--profile-start", "1", "--profile-calls", "2"]

@@ -25,7 +25,7 @@ def metric_lines(run_dir):
         ("pqn", "CartPole-v1", dict(total_steps=8192, log_interval=2048)),
     ],
 )
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_path, algo, env_id, extra):
     family = "classic_control"
     base = resolve_defaults(env_id, algo, family)
@@ -45,12 +45,19 @@ def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_
     assert sum(line["timing/overlap_s"] for line in timing) > 0  # environment stepping ran during updates
 
 
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_concurrent_ppo_still_learns_cartpole(tmp_path):
+    """The preset under the concurrent schedule, a fixed seed: an evaluation reaches 475 within the
+    preset's budget (the run stops there).
+
+    Why the margin holds on any machine (where last bits differ, the run is as another seed's): seeds
+    0-15 reached 475 by 29,952 of the 100,000 steps (`experiments/learning_margins.py`, case
+    ppo_concurrent_cartpole). Their final evaluations are no statistic to test: 2 of the 16 ended
+    below 475 (137.8 and 470.1)."""
     config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), schedule="concurrent",
-                                 run_dir=tmp_path / "run", progress="off")
+                                 target_return=475.0, run_dir=tmp_path / "run", progress="off")
     summary = train(config)
-    assert summary["final_eval_return_mean"] >= 475.0
+    assert summary["target_step"] is not None and summary["target_step"] <= config.total_steps
 
 
 def async_config(tmp_path, **changes):
@@ -62,8 +69,14 @@ def async_config(tmp_path, **changes):
     dict(num_actors=2),  # each actor one jitted program around EnvPool's XLA step
     dict(num_actors=1, num_envs=4, env_batch_size=2),  # EnvPool's async mode, streams staged on the host
 ], ids=["xla-step", "async-mode"])
-@pytest.mark.slow 
+@pytest.mark.slow
 def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actors):
+    """The async schedule keeps its replay ratio and policy lag, and an evaluation reaches -200.
+
+    Why the return's margin holds anywhere (the async schedule's threads make every run another
+    trajectory, on one machine too): seeds 0-15 reached -200 by 5,376 steps with two XLA-step actors
+    and by 4,352 in EnvPool's async mode (means 4,352 and 3,840, standard deviations 648 and 748;
+    `experiments/learning_margins.py`, cases sac_async_*): the budget, 12,000, is twice the slowest."""
     summary = train(async_config(tmp_path, total_steps=12_000, target_return=-200.0, max_policy_lag=2, **actors))
     assert summary.get("target_step") is not None  # reached -200
     assert summary["policy_lag_max"] <= 2

@@ -106,13 +106,19 @@ def test_sde_off_leaves_the_state_as_before():
     assert actor.sde_key == ()
 
 
-SOLVING_SEED = 1  # 18 of seeds 0-23 end at 88 or more in the preset's 20,000 steps (docs/benchmark.md); this one does
-
-
 def test_ppo_with_sde_climbs_mountain_car_continuous(tmp_path):
-    """The preset (gSDE), fixed seed and budget: the deterministic policy reaches the flag (90)."""
+    """The preset (gSDE), seeds 0-2 as three agents of one process: the deterministic policies of at
+    least two reach the flag (an evaluation at 90) within 30,000 steps, the preset's 20,000 and half.
+
+    Why the margin holds on any machine (where last bits differ, a run is as another seed's): over
+    seeds 0-47 (`experiments/learning_margins.py`, case ppo_sde_mcc) 46 agents reached 90 within the
+    preset's 20,000 steps (on average by 7,759, standard deviation 4,472): one agent misses with a
+    chance of about 4%, two of three with about 0.5%. The final evaluation is no statistic to test:
+    18 of the 48 ended below 90 (the flag is reached, then often lost)."""
     config = dataclasses.replace(resolve_defaults("MountainCarContinuous-v0", "ppo", "classic_control"),
-                                 seed=SOLVING_SEED, run_dir=tmp_path / "run", progress="off")
+                                 seed=0, num_seeds=3, total_steps=30_000, target_return=90.0,
+                                 run_dir=tmp_path / "run", progress="off")
     assert config.ppo.use_sde
     summary = train(config)
-    assert summary["final_eval_return_mean"] >= 90.0
+    reached = [step for step in summary["target_step"] if step is not None]
+    assert len(reached) >= 2, summary["target_step"]
