@@ -7,11 +7,16 @@ mean at or above the threshold. jaxrl_fast runs twice per task:
 - **cold**: every seed gets an empty compilation cache directory, so every program compiles;
 - **warm**: the seeds share one cache directory that an untimed run (seed 1000) filled first.
 
+`--lane NAME=PYTHON` (repeatable) times jaxrl_fast under each interpreter in turn, each task's lanes
+one after another beside its peers: the CI lanes' stacks (Python 3.11 with JAX 0.10, Python 3.13
+with JAX 0.12) in one sequence. Without it, the interpreter running this script is the one lane.
+
 Peers run when their virtual environments exist under `$PEERS_HOME` (set-up: `peers/README.md`);
 otherwise their columns say so. Nothing else should run on the machine meanwhile.
 
     python experiments/ttt_side_by_side.py                     # seeds 0-3, every task
     python experiments/ttt_side_by_side.py --seeds 0,1,2,3,4,5,6,7 --tasks ppo_cartpole
+    python experiments/ttt_side_by_side.py --lane py3.11=.venv/bin/python --lane py3.13=.venv313/bin/python
 
 Writes `experiments/results/ttt_side_by_side.json` (`--out`) and prints a Markdown table.
 """
@@ -68,10 +73,10 @@ TASKS = {
 }
 
 
-def run_ours(task: str, seed: int, cache_dir: Path, out: Path) -> dict:
-    """One seed of jaxrl_fast in a fresh process; the figures come from its summary.json."""
+def run_ours(task: str, seed: int, cache_dir: Path, out: Path, python: str) -> dict:
+    """One seed of jaxrl_fast in a fresh process of `python`; the figures come from its summary.json."""
     run_dir = out / f"{task}-{seed}-{cache_dir.name}"
-    command = [sys.executable, "-m", "jaxrl_fast.train", "--run-dir", str(run_dir), "--seed", str(seed),
+    command = [python, "-m", "jaxrl_fast.train", "--run-dir", str(run_dir), "--seed", str(seed),
                "--progress", "off", *TASKS[task]["task"].args]
     env = {**os.environ, "JAXRL_FAST_COMPILE_CACHE_DIR": str(cache_dir)}
     started = time.time()
@@ -86,17 +91,25 @@ def run_ours(task: str, seed: int, cache_dir: Path, out: Path) -> dict:
             "compile_s": summary.get("compile_s")}
 
 
-def ours(task: str, seeds: list[int], cache: str, out: Path) -> dict:
+def ours(task: str, seeds: list[int], cache: str, out: Path, python: str) -> dict:
     """All seeds of one task with a cold (empty per seed) or warm (shared, pre-filled) cache."""
     shared = Path(tempfile.mkdtemp(prefix="cache-warm-", dir=out))
     if cache == "warm":
-        run_ours(task, WARMUP_SEED, shared, out)  # fills the cache; not reported
+        run_ours(task, WARMUP_SEED, shared, out, python)  # fills the cache; not reported
     runs = []
     for seed in seeds:
         cache_dir = shared if cache == "warm" else Path(tempfile.mkdtemp(prefix=f"cache-cold-{seed}-", dir=out))
-        runs.append(run_ours(task, seed, cache_dir, out))
+        runs.append(run_ours(task, seed, cache_dir, out, python))
         print(f"  jaxrl_fast {cache} seed {seed}: {runs[-1]}", flush=True)
     return summarise(runs)
+
+
+def stack(python: str) -> dict:
+    """The versions a lane's interpreter runs."""
+    code = ("import json, platform, jax, envpool, flax; print(json.dumps({'python': platform.python_version(), "
+            "'jax': jax.__version__, 'envpool': envpool.__version__, 'flax': flax.__version__}))")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-400:]}
 
 
 def peer(venv: Path, script: str, seeds: list[int]) -> dict:
@@ -122,10 +135,10 @@ def summarise(runs: list[dict]) -> dict:
     return summary
 
 
-def verdict(task: str, rows: dict) -> str:
-    """Whether our cold median meets the issue's goal against the fastest peer that ran."""
+def verdict(task: str, rows: dict, lane: str) -> str:
+    """Whether a lane's cold median meets the issue's goal against the fastest peer that ran."""
     peers = {name: row["median_s"] for name, row in rows["peers"].items() if "median_s" in row}
-    cold = rows["jaxrl_fast"]["cold"].get("median_s")
+    cold = rows["jaxrl_fast"][lane]["cold"].get("median_s")
     if not peers or cold is None:
         return "no comparison"
     name, fastest = min(peers.items(), key=lambda item: item[1])
@@ -133,14 +146,16 @@ def verdict(task: str, rows: dict) -> str:
     goal = TASKS[task]["goal"]
     met = ratio <= goal
     if TASKS[task].get("every_seed_under_peer_median"):
-        met = met and rows["jaxrl_fast"]["cold"]["max_s"] < fastest
+        met = met and rows["jaxrl_fast"][lane]["cold"]["max_s"] < fastest
     return f"{ratio:.2f}x {name} (goal {goal}x): {'met' if met else 'not met'}"
 
 
 def table(results: dict) -> str:
     peers = sorted({name for task in results["tasks"].values() for name in task["peers"]})
-    lines = ["| task | jaxrl_fast cold | jaxrl_fast warm | " + " | ".join(peers) + " | cold vs fastest peer |",
-             "| --- | --- | --- | " + " | ".join("---" for _ in peers) + " | --- |"]
+    lanes = list(results["lanes"])
+    ours_heads = [f"jaxrl_fast {lane} {mode}" for lane in lanes for mode in ("cold", "warm")]
+    lines = ["| task | " + " | ".join(ours_heads + peers) + " | cold vs fastest peer |",
+             "| --- | " + " | ".join("---" for _ in ours_heads + peers) + " | --- |"]
 
     def cell(row: dict | None) -> str:
         if row is None:
@@ -150,9 +165,10 @@ def table(results: dict) -> str:
         return row.get("skipped") or f"reached {row.get('reached', '?')}"
 
     for task, rows in results["tasks"].items():
-        ours_cells = [cell(rows["jaxrl_fast"].get(mode)) for mode in ("cold", "warm")]
+        ours_cells = [cell(rows["jaxrl_fast"][lane].get(mode)) for lane in lanes for mode in ("cold", "warm")]
         peer_cells = [cell(rows["peers"].get(name)) for name in peers]
-        lines.append(f"| {TASKS[task]['title']} | " + " | ".join(ours_cells + peer_cells) + f" | {rows['verdict']} |")
+        verdicts = "; ".join(f"{lane}: {text}" for lane, text in rows["verdict"].items())
+        lines.append(f"| {TASKS[task]['title']} | " + " | ".join(ours_cells + peer_cells) + f" | {verdicts} |")
     return "\n".join(lines)
 
 
@@ -171,20 +187,27 @@ def main() -> None:
                         default=Path(os.environ.get("PEERS_HOME", Path.home() / ".cache" / "jaxrl-peers")))
     parser.add_argument("--no-peers", action="store_true", help="time jaxrl_fast only")
     parser.add_argument("--peers", default="", help="comma-separated peer names to run (default: every one a task has)")
+    parser.add_argument("--lane", action="append", default=[], metavar="NAME=PYTHON",
+                        help="time jaxrl_fast under this interpreter (repeatable; default: this one)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ttt_side_by_side.json")
     args = parser.parse_args()
+    # absolute, not resolved: a venv's python is a symlink whose target is outside the venv
+    lanes = {name: os.path.abspath(python) for name, python in (lane.split("=", 1) for lane in args.lane)}
+    lanes = lanes or {"jaxrl_fast": sys.executable}
     seeds = [int(s) for s in args.seeds.split(",")]
     tasks = args.tasks.split(",")
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
 
-    results = {"machine": machine(), "seeds": seeds, "tasks": {}}
+    results = {"machine": machine(), "seeds": seeds, "lanes": {name: {"python": python, **stack(python)}
+                                                             for name, python in lanes.items()}, "tasks": {}}
     peer_runs: dict[tuple[str, str], dict] = {}  # DQN's and PQN's rows share sbx's DQN: run it once
     with tempfile.TemporaryDirectory(prefix="ttt-") as scratch:
         for task in tasks:
             print(f"{task}:", flush=True)
-            rows = {"jaxrl_fast": {mode: ours(task, seeds, mode, Path(scratch)) for mode in ("cold", "warm")},
+            rows = {"jaxrl_fast": {lane: {mode: ours(task, seeds, mode, Path(scratch), python) for mode in ("cold", "warm")}
+                                   for lane, python in lanes.items()},
                     "peers": {}}
             for name, (venv, script) in TASKS[task]["peers"].items():
                 if args.peers and name not in args.peers.split(","):
@@ -196,7 +219,7 @@ def main() -> None:
                     peer_runs[venv, script] = peer(args.peers_home / venv, script, seeds)
                 rows["peers"][name] = peer_runs[venv, script]
                 print(f"  {name}: {rows['peers'][name].get('median_s')} s median", flush=True)
-            rows["verdict"] = verdict(task, rows)
+            rows["verdict"] = {lane: verdict(task, rows, lane) for lane in lanes}
             results["tasks"][task] = rows
     results["machine"]["loadavg_after"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
