@@ -44,12 +44,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from jaxrl_fast.algos import make_algorithm  # noqa: E402
-from jaxrl_fast.env import make_xla_env  # noqa: E402
-from jaxrl_fast.placement import resolve_placement  # noqa: E402
-from jaxrl_fast.presets import resolve_defaults  # noqa: E402
-from jaxrl_fast.acting import EnvOptions  # noqa: E402
-from jaxrl_fast.plan import off_policy_plan
-from jaxrl_fast.schedules.offpolicy import make_off_policy_loop, make_pieces  # noqa: E402
+from jaxrl_fast.env.envpool import make_xla_env  # noqa: E402
+from jaxrl_fast.engine.placement import resolve_placement  # noqa: E402
+from jaxrl_fast.config.presets import resolve_defaults  # noqa: E402
+from jaxrl_fast.engine.acting import EnvOptions  # noqa: E402
+from jaxrl_fast.config.plan import off_policy_plan
+from jaxrl_fast.engine.schedules.offpolicy import make_off_policy_loop, make_pieces  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ENV = "HalfCheetah-v4"

@@ -67,7 +67,7 @@ def allreduce_worker(process_id: int, port: int, size: int) -> None:
 
 
 def allreduce_us(size: int) -> float:
-    from jaxrl_fast.launch import free_port
+    from jaxrl_fast.cli.launch import free_port
 
     port = free_port()
     env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")

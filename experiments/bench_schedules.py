@@ -83,10 +83,10 @@ def run(setup: dict, schedule: str, calibrate: bool, cache: Path, quick: bool) -
 
 def reference(setup: dict) -> dict:
     """Acting alone and learner alone at the preset's sizes, from a calibration pass."""
-    from jaxrl_fast.calibrate import measure_and_choose
-    from jaxrl_fast.config import algo_config
-    from jaxrl_fast.env import env_family
-    from jaxrl_fast.presets import resolve_defaults
+    from jaxrl_fast.calibration.measure import measure_and_choose
+    from jaxrl_fast.config.run import algo_config
+    from jaxrl_fast.env.ids import env_family
+    from jaxrl_fast.config.presets import resolve_defaults
 
     config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))
     result = measure_and_choose(config, 30.0)

@@ -6,7 +6,7 @@
     python profiling/startup.py -- --algo sac --env Pendulum-v1 --target-return -200 --eval-interval 1000
 
 Runs one training process (this script in child mode under `python -X importtime`) and prints,
-as seconds since the process was created (`jaxrl_fast.metrics.PROCESS_START`, what psutil's
+as seconds since the process was created (`jaxrl_fast.outputs.metrics.PROCESS_START`, what psutil's
 `create_time` gives): the interpreter's start, the imports by group (self time summed from
 `-X importtime`, which adds its own overhead), each EnvPool pool built, each program compiled
 (XLA compile seconds, from JAX's monitoring spans, and whether the persistent cache served it),
@@ -91,7 +91,7 @@ def process_created() -> float:
     try:
         import psutil
     except ImportError:
-        from jaxrl_fast.metrics import process_start_time
+        from jaxrl_fast.outputs.metrics import process_start_time
 
         return process_start_time()
     return psutil.Process(os.getpid()).create_time()
@@ -101,8 +101,8 @@ def child(result_path: Path, train_args: list[str]) -> None:
     created = process_created()
     interpreter_s = time.time() - created
     record = instrument(created)
-    from jaxrl_fast.metrics import PROCESS_START  # metrics.jsonl's clock (process creation since #13)
-    from jaxrl_fast.train import main
+    from jaxrl_fast.outputs.metrics import PROCESS_START  # metrics.jsonl's clock (process creation since #13)
+    from jaxrl_fast.cli.train import main
 
     status = main(train_args)
     record.update(interpreter_s=interpreter_s, status=status, main_returned_s=time.time() - created,

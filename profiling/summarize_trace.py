@@ -11,7 +11,7 @@ Given a directory, it reads the newest profiling session's `*.xplane.pb` (throug
 1,000,000 events, which a few PPO iterations or a few thousand SAC updates exceed. A JSON trace at
 that limit is read with a warning that the calls it cuts short are incomplete.
 
-Which events count (see `jaxrl_fast.phases`):
+Which events count (see `jaxrl_fast.engine.phases`):
 * XLA op events (with `hlo_module` and `hlo_op`), on whatever thread ran them: their phase is
   looked up in `hlo_phases.json`, which `--profile` writes beside the trace from the `op_name`
   metadata that `jax.named_scope` leaves in each optimised program. An op without a phase takes
@@ -41,8 +41,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from jaxrl_fast.phases import CALL_ANNOTATION, HLO_PHASES_FILE, PHASES
-from jaxrl_fast.schedules.timing import union
+from jaxrl_fast.engine.phases import CALL_ANNOTATION, HLO_PHASES_FILE, PHASES
+from jaxrl_fast.engine.timing import union
 
 OTHER, IDLE = "other", "idle"
 REPORTED = (*PHASES, OTHER, IDLE)

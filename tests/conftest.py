@@ -15,7 +15,7 @@ SESSION_COMPILE_CACHE = tempfile.mkdtemp(prefix="jaxrl-fast-test-xla-")
 atexit.register(shutil.rmtree, SESSION_COMPILE_CACHE, ignore_errors=True)
 os.environ["JAXRL_FAST_COMPILE_CACHE_DIR"] = SESSION_COMPILE_CACHE
 
-from jaxrl_fast import compile_cache  # noqa: E402  (after the variable it reads)
+from jaxrl_fast.engine import compile_cache  # noqa: E402  (after the variable it reads)
 
 compile_cache.enable()
 

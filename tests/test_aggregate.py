@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jaxrl_fast.aggregate import aggregate, bootstrap_interval, interquartile_mean
+from jaxrl_fast.outputs.aggregate import aggregate, bootstrap_interval, interquartile_mean
 
 
 @pytest.mark.parametrize("scores, expected", [

@@ -16,7 +16,7 @@ import jax
 import pytest
 
 from jaxrl_fast.algos import ALGORITHMS, ReplayConfig
-from jaxrl_fast.env import probe_spec
+from jaxrl_fast.env.envpool import probe_spec
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_fast"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
@@ -35,7 +35,7 @@ def test_a_deprecation_raised_from_the_package_fails_the_suite(category):
     """pyproject.toml's warning filters turn a deprecation attributed to a jaxrl_fast module into an
     error (a library's notice that our call will break in its next release), and leave others' alone."""
     with pytest.raises(category):
-        warnings.warn_explicit("old call", category, "jaxrl_fast/env.py", 1, module="jaxrl_fast.env")
+        warnings.warn_explicit("old call", category, "jaxrl_fast/env/envpool.py", 1, module="jaxrl_fast.env.envpool")
     with warnings.catch_warnings(record=True) as caught:
         warnings.warn_explicit("old call", category, "somewhere/else.py", 1, module="somewhere.else")
     assert len(caught) == 1
@@ -74,14 +74,14 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_checkpoints_and_the_trainer_know_no_schedule_internals():
-    assert not {m for m in imported_modules(PACKAGE / "checkpoint.py") if m.startswith("jaxrl_fast.schedules")}
+    assert not {m for m in imported_modules(PACKAGE / "outputs" / "checkpoint.py") if m.startswith("jaxrl_fast.engine.schedules")}
     # the trainer takes the table's entry point and the interface, nothing from a schedule's module
-    assert {m for m in imported_modules(PACKAGE / "trainer.py") if m.startswith("jaxrl_fast.schedules")} == {
-        "jaxrl_fast.schedules"}
+    assert {m for m in imported_modules(PACKAGE / "run" / "trainer.py") if m.startswith("jaxrl_fast.engine.schedules")} == {
+        "jaxrl_fast.engine.schedules"}
 
 
 def example_rollout(spec, algo):
-    from jaxrl_fast.data import Rollout, Transition
+    from jaxrl_fast.types import Rollout, Transition
 
     T, B = algo.rollout_length, spec.num_envs
     obs = jax.ShapeDtypeStruct((T, B, *spec.obs_shape), jax.numpy.float32)
@@ -97,7 +97,7 @@ def example_rollout(spec, algo):
 
 def reported_metrics(name, spec_of_algo):
     """The metric names an algorithm's updates report, read off their shapes (nothing runs)."""
-    from jaxrl_fast.replay import Batch
+    from jaxrl_fast.engine.replay import Batch
 
     env_id = "CartPole-v1" if spec_of_algo.actions != "continuous" else "Pendulum-v1"
     spec = probe_spec(env_id)

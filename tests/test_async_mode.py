@@ -4,8 +4,8 @@ import numpy as np
 import jax
 import pytest
 
-from jaxrl_fast.env import end_flags, make_pool, recv_steps
-from jaxrl_fast.schedules.async_mode import StreamStager
+from jaxrl_fast.env.envpool import end_flags, make_pool, recv_steps
+from jaxrl_fast.engine.async_mode import StreamStager
 
 ENV_ID, NUM_ENVS, SEED, CHUNK = "CartPole-v1", 6, 3, 8
 
@@ -80,7 +80,7 @@ def test_chunks_count_finished_episodes_and_carry_the_oldest_version():
 
 def test_an_env_that_never_returns_is_reported_not_buffered_forever():
     stager = StreamStager(2, 4, (1,), jax.ShapeDtypeStruct((), np.int32))
-    from jaxrl_fast.env import HostSteps
+    from jaxrl_fast.env.envpool import HostSteps
 
     one = lambda: HostSteps(np.array([0], np.int32), np.zeros((1, 1), np.float32), np.zeros(1, np.float32),  # noqa: E731
                             np.zeros(1, bool), np.zeros(1, bool))

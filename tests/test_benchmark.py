@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from jaxrl_fast.benchmark import check_tasks, main
-from jaxrl_fast.benchmark_suites import SUITES
+from jaxrl_fast.cli.benchmark import main
+from jaxrl_fast.suites.report import check_tasks
+from jaxrl_fast.suites.tasks import SUITES
 
 
 def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from jaxrl_fast import calibrate as calibration
-from jaxrl_fast.calibrate import Measurement
-from jaxrl_fast.calibration_choice import (best_threads, choose_off_policy, choose_on_policy, per_step_seconds,
-                                           with_inference)
-from jaxrl_fast.config import algo_config
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.train import main, validate
+from jaxrl_fast.calibration import measure as calibration
+from jaxrl_fast.calibration.measure import Measurement
+from jaxrl_fast.calibration.choose import (best_threads, choose_off_policy, choose_on_policy, per_step_seconds,
+    with_inference)
+from jaxrl_fast.config.run import algo_config
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.cli.train import main, validate
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ FAST = 1e-9  # seconds per update or per env step that never sets the pace
 
 
 def test_choosing_imports_no_jax():
-    code = "import sys, jaxrl_fast.calibration_choice; assert 'jax' not in sys.modules, sorted(sys.modules)"
+    code = "import sys, jaxrl_fast.calibration.choose; assert 'jax' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import jaxrl_fast
-from jaxrl_fast.checkpoint import Checkpointer, NonFiniteError, check_finite, flatten_state
-from jaxrl_fast.env import make_xla_env
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.train import main
-from jaxrl_fast.trainer import build_schedule, train
+from jaxrl_fast.outputs.checkpoint import Checkpointer, NonFiniteError, check_finite, flatten_state
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.cli.train import main
+from jaxrl_fast.run.trainer import build_schedule, train
 
 
 def start_cli(*args):

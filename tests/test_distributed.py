@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from jaxrl_fast.checkpoint import Checkpointer, latest_step
-from jaxrl_fast.cluster import Cluster, ClusterError, split_flags
-from jaxrl_fast.launch import Launcher, worker_environment, with_run_dir
-from jaxrl_fast.metrics import read_metrics
-from jaxrl_fast.train import parse_args
-from jaxrl_fast.trainer import train
+from jaxrl_fast.outputs.checkpoint import Checkpointer, latest_step
+from jaxrl_fast.engine.cluster import Cluster, ClusterError, split_flags
+from jaxrl_fast.cli.launch import Launcher, worker_environment, with_run_dir
+from jaxrl_fast.outputs.metrics import read_metrics
+from jaxrl_fast.cli.train import parse_args
+from jaxrl_fast.run.trainer import train
 
 
 def wait_for(predicate, timeout):

@@ -102,7 +102,7 @@ def test_the_load_policy_example_runs_as_written_on_a_short_default_run(tmp_path
     import numpy as np
 
     import jaxrl_fast
-    from jaxrl_fast.checkpoint import CheckpointError
+    from jaxrl_fast.outputs.checkpoint import CheckpointError
 
     run_dir = tmp_path / "runs" / "cartpole"
     with pytest.raises(CheckpointError, match=r"no checkpoint at step 5000 in .*; saved steps: 4096$"):

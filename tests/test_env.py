@@ -3,8 +3,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast import env as adapter
-from jaxrl_fast.env import EnvError, init_episode_state, make_pool, make_xla_env, track_episodes
+from jaxrl_fast.env import ids, wire
+from jaxrl_fast.env.ids import EnvError
+from jaxrl_fast.env.episodes import init_episode_state, track_episodes
+from jaxrl_fast.env.envpool import make_pool, make_xla_env
 
 
 def rollout(xla_env, actions):
@@ -73,23 +75,23 @@ def test_float64_wire_conversion_matches_numpy_casts():
         [0.0, -0.0, 1.0, -2.5, 1e-3, np.pi, 1e30, -1e-30, 3.5e38, 1e-45, np.inf, -np.inf, 123456.789], np.float64
     )
     words = jnp.asarray(values.view(np.uint32).reshape(-1, 2))
-    out = np.asarray(jax.jit(adapter.float64_words_to_float32)(words))
+    out = np.asarray(jax.jit(wire.float64_words_to_float32)(words))
     expected = values.astype(np.float32)
     expected[np.abs(expected) < np.finfo(np.float32).tiny] = 0.0  # subnormals flush to zero
     np.testing.assert_array_equal(out, expected)
-    assert np.isnan(adapter.float64_words_to_float32(jnp.asarray(np.array([np.nan]).view(np.uint32).reshape(1, 2))))
+    assert np.isnan(wire.float64_words_to_float32(jnp.asarray(np.array([np.nan]).view(np.uint32).reshape(1, 2))))
 
     floats = np.array([0.0, 1.0, -0.75, 3.3e38, 1e-20, np.inf], np.float32)
-    round_trip = np.asarray(adapter.float32_to_float64_words(jnp.asarray(floats))).reshape(-1).view(np.float64)
+    round_trip = np.asarray(wire.float32_to_float64_words(jnp.asarray(floats))).reshape(-1).view(np.float64)
     np.testing.assert_array_equal(round_trip, floats.astype(np.float64))
 
 
 def test_wire_buffers_always_have_the_spec_byte_size():
     for dtype, shape in [(np.float64, [4, 17]), (np.int64, [4]), (np.float32, [4, 3]), (np.uint8, [8]), (np.bool_, [2])]:
-        struct = adapter.wire_struct(dtype, shape)
+        struct = wire.wire_struct(dtype, shape)
         assert np.prod(struct.shape) * np.dtype(struct.dtype).itemsize == np.prod(shape) * np.dtype(dtype).itemsize
     with pytest.raises(EnvError):
-        adapter.wire_struct(np.complex128, [2])
+        wire.wire_struct(np.complex128, [2])
 
 
 def test_auto_reset_steps_are_masked_and_episode_statistics_are_exact():
@@ -126,14 +128,14 @@ def test_time_limit_is_truncation_not_termination():
 
 def test_unknown_env_id_suggests_close_matches():
     with pytest.raises(EnvError, match="CartPole-v1"):
-        adapter.check_env_id("CartPole-v2")
+        ids.check_env_id("CartPole-v2")
     with pytest.raises(EnvError, match="HalfCheetah"):
-        adapter.check_env_id("halfcheetah-v4")
+        ids.check_env_id("halfcheetah-v4")
 
 
 def test_other_families_are_refused_with_reason():
     with pytest.raises(EnvError, match="vector observations .* and Atari frames"):
-        adapter.check_env_id("MiniGrid-Empty-5x5-v0")
+        ids.check_env_id("MiniGrid-Empty-5x5-v0")
 
 
 ATARI_TRAINING = dict(episodic_life=True, reward_clip=True)

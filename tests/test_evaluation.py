@@ -4,11 +4,12 @@ import threading
 
 import numpy as np
 
-from jaxrl_fast import evaluation
-from jaxrl_fast.env import probe_spec, random_actions_np
-from jaxrl_fast.evaluation import Evaluator, epsilon_greedy
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.trainer import train
+from jaxrl_fast.run import evaluation
+from jaxrl_fast.env.envpool import probe_spec
+from jaxrl_fast.env.spaces import random_actions_np
+from jaxrl_fast.run.evaluation import Evaluator, epsilon_greedy
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.run.trainer import train
 
 
 def constant_policy(payload, obs):

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from jaxrl_fast.checkpoint import Checkpointer, NonFiniteError
-from jaxrl_fast.metrics import MetricsSink, read_metrics
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.train import main
-from jaxrl_fast.trainer import EVAL_SEED_OFFSET, train
+from jaxrl_fast.outputs.checkpoint import Checkpointer, NonFiniteError
+from jaxrl_fast.outputs.metrics import MetricsSink, read_metrics
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.cli.train import main
+from jaxrl_fast.run.trainer import EVAL_SEED_OFFSET, train
 
 from test_checkpoint import checkpoint_steps, lines_of, start_cli, wait_for
 
@@ -66,7 +66,7 @@ def test_wrong_values_are_refused_in_one_line_before_the_run_directory_exists(tm
 
 
 def test_the_largest_seed_accepted_is_one_envpool_takes(tmp_path, capsys):
-    from jaxrl_fast.env import make_pool
+    from jaxrl_fast.env.envpool import make_pool
 
     config = resolve_defaults("CartPole-v1", "ppo", "classic_control")
     largest = 2**31 - 1 - EVAL_SEED_OFFSET - max(config.num_envs, config.eval_episodes)

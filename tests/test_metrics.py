@@ -2,7 +2,7 @@
 
 import json
 
-from jaxrl_fast.metrics import MetricsSink
+from jaxrl_fast.outputs.metrics import MetricsSink
 
 
 def steps_in(path):

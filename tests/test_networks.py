@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.networks import orthogonal
+from jaxrl_fast.networks.torso import orthogonal
 
 
 @pytest.mark.parametrize("shape", [(17, 256), (256, 256), (256, 6), (4, 64)])
@@ -21,8 +21,9 @@ def test_orthogonal_init_is_flax_orthogonal_without_lapack_qr(shape):
 
 
 def test_layer_norm_is_an_option_of_every_network_config():
-    from jaxrl_fast.env import probe_spec
-    from jaxrl_fast.networks import NetworkConfig, make_q_network, make_value_network
+    from jaxrl_fast.env.envpool import probe_spec
+    from jaxrl_fast.networks.config import NetworkConfig
+    from jaxrl_fast.networks.heads import make_q_network, make_value_network
 
     spec = probe_spec("Pendulum-v1")
     plain = NetworkConfig(hidden_sizes=(8, 8), activation="relu")

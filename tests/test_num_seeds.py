@@ -9,23 +9,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.acting import EnvOptions, agent_keys, agent_part, env_options
+from jaxrl_fast.engine.acting import EnvOptions, agent_keys, agent_part, env_options
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
 from jaxrl_fast.algos.pqn import PQNConfig, make_pqn
-from jaxrl_fast.checkpoint import (Checkpointer, NonFiniteError, agent_state, agents_out_of_step, check_finite, join_agents,
-                                   latest_step, load_policy, seed_run_dir)
-from jaxrl_fast.config import config_from_dict
-from jaxrl_fast.env import agent_env_seeds, make_pool, make_xla_env
-from jaxrl_fast.metrics import read_metrics
-from jaxrl_fast.placement import resolve
-from jaxrl_fast.plan import run_off_policy_plan
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.replay import ReplayState, Row, agent_columns
-from jaxrl_fast.schedules.offpolicy import make_off_policy_loop
-from jaxrl_fast.schedules.sync import make_sync_loop
-from jaxrl_fast.train import main
-from jaxrl_fast.trainer import train
+from jaxrl_fast.outputs.checkpoint import (Checkpointer, NonFiniteError, agent_state, agents_out_of_step,
+    check_finite, join_agents, latest_step, load_policy, seed_run_dir)
+from jaxrl_fast.config.run import config_from_dict
+from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env
+from jaxrl_fast.outputs.metrics import read_metrics
+from jaxrl_fast.engine.placement import resolve
+from jaxrl_fast.config.plan import run_off_policy_plan
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.engine.replay import ReplayState, Row, agent_columns
+from jaxrl_fast.engine.schedules.offpolicy import make_off_policy_loop
+from jaxrl_fast.engine.schedules.sync import make_sync_loop
+from jaxrl_fast.cli.train import main
+from jaxrl_fast.run.trainer import train
 
 SEED, AGENTS, ENVS = 3, 2, 4
 LAST = AGENTS - 1  # the agent compared with its single run: neither its envs nor its key come first

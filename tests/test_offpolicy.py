@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.config import TrainConfig
-from jaxrl_fast.env import env_family, make_xla_env, probe_spec
-from jaxrl_fast.placement import Placement, PlacementError, resolve_placement
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.replay import Batch
-from jaxrl_fast.acting import EnvOptions
-from jaxrl_fast.plan import off_policy_plan
-from jaxrl_fast.schedules.offpolicy import make_off_policy_loop
-from jaxrl_fast.trainer import train
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.env.ids import env_family
+from jaxrl_fast.env.envpool import make_xla_env, probe_spec
+from jaxrl_fast.engine.placement import Placement, PlacementError, resolve_placement
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.engine.replay import Batch
+from jaxrl_fast.engine.acting import EnvOptions
+from jaxrl_fast.config.plan import off_policy_plan
+from jaxrl_fast.engine.schedules.offpolicy import make_off_policy_loop
+from jaxrl_fast.run.trainer import train
 
 CPU = jax.devices("cpu")
 

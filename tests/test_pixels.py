@@ -8,17 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.env import (EnvError, check_env_kwargs, evaluation_options, make_pool, merge_env_kwargs, parse_env_kwargs,
-                            probe_spec)
-from jaxrl_fast.networks import (
-    NetworkConfig,
-    make_discrete_q_network,
-    make_policy_network,
-    make_q_network,
-    make_value_network,
-    patches_conv,
-)
-from jaxrl_fast.train import ConfigError, parse_args
+from jaxrl_fast.env.ids import EnvError, check_env_kwargs, evaluation_options, merge_env_kwargs, parse_env_kwargs
+from jaxrl_fast.env.envpool import make_pool, probe_spec
+from jaxrl_fast.networks.config import NetworkConfig
+from jaxrl_fast.networks.heads import make_discrete_q_network, make_policy_network, make_q_network, make_value_network
+from jaxrl_fast.networks.torso import patches_conv
+from jaxrl_fast.cli.train import ConfigError, parse_args
 
 
 @pytest.mark.parametrize("size, channels, out, kernel, stride, padding", [
@@ -147,8 +142,8 @@ def test_pqn_trains_on_breakout_frames_and_its_policy_loads_and_films(tmp_path):
     rise's mean a margin of 2.6 deviations. Learning on Atari is measured by the benchmark instead
     (docs/atari.md: Breakout 54.8 after 1.5M steps on this CPU)."""
     import jaxrl_fast
-    from jaxrl_fast.train import main
-    from jaxrl_fast.video import read_video
+    from jaxrl_fast.cli.train import main
+    from jaxrl_fast.outputs.video import read_video
 
     run_dir = tmp_path / "run"
     assert main(["--env", "Breakout-v5", "--algo", "pqn", "--env-kwargs", "img_height=42", "img_width=42",
@@ -184,7 +179,7 @@ def test_ppo_trains_on_pixels_under_the_concurrent_schedule(tmp_path):
     policy and the statistics count whole games. Its score does not move in a CI budget: on 2 CPU cores PPO runs
     about 1,000 steps/s here, and 100,000 steps on Breakout, Boxing or RoadRunner left the game
     scores where a random policy's are (measured)."""
-    from jaxrl_fast.train import main
+    from jaxrl_fast.cli.train import main
 
     run_dir = tmp_path / "run"
     assert main(["--env", "Breakout-v5", "--schedule", "concurrent", "--env-kwargs", "img_height=42", "img_width=42",
@@ -205,7 +200,7 @@ def test_dqn_trains_on_stored_frames_and_resumes_with_its_replay(tmp_path):
     """DQN on Pong's 42x42 frames through the fused loop: the replay keeps one frame per step and
     rebuilds stacks for its updates; a resumed run restores that buffer from its checkpoint and
     goes on learning from it."""
-    from jaxrl_fast.train import main
+    from jaxrl_fast.cli.train import main
 
     run_dir = tmp_path / "run"
     first = ["--env", "Pong-v5", "--algo", "dqn", "--env-kwargs", "img_height=42", "img_width=42",

@@ -6,13 +6,13 @@ import dataclasses
 import jax
 import pytest
 
-from jaxrl_fast import placement as placements
-from jaxrl_fast.env import make_xla_env
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.schedules import (OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven, OnPolicyConcurrent,
-                                  OnPolicySync, schedule_class)
-from jaxrl_fast.schedules.asynchronous import AsyncSchedule
-from jaxrl_fast.trainer import build_schedule
+from jaxrl_fast.engine import placement as placements
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.engine.schedules import (OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven,
+    OnPolicyConcurrent, OnPolicySync, schedule_class)
+from jaxrl_fast.engine.schedules.asynchronous import AsyncSchedule
+from jaxrl_fast.run.trainer import build_schedule
 
 CPU = jax.devices("cpu")
 

@@ -6,14 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.acting import EnvOptions
+from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
-from jaxrl_fast.config import TrainConfig
-from jaxrl_fast.data import Rollout, Transition
-from jaxrl_fast.env import make_xla_env
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.schedules.sync import make_sync_loop
-from jaxrl_fast.trainer import train
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.types import Rollout, Transition
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.engine.schedules.sync import make_sync_loop
+from jaxrl_fast.run.trainer import train
 
 
 @pytest.mark.slow
@@ -121,8 +121,8 @@ def test_reset_steps_do_not_contribute_to_the_update():
 
 
 def test_presets_resolve_for_every_shipped_file():
-    from jaxrl_fast.env import env_family
-    from jaxrl_fast.presets import available_presets
+    from jaxrl_fast.env.ids import env_family
+    from jaxrl_fast.config.presets import available_presets
 
     names = available_presets()
     assert "CartPole-v1" in names

@@ -7,10 +7,10 @@ from pathlib import Path
 import jax
 import pytest
 
-from jaxrl_fast.phases import phase_of_op_name
-from jaxrl_fast.profiler import hlo_phase_map, instruction_phases
-from jaxrl_fast.train import main, parse_args
-from jaxrl_fast.plan import planned_calls
+from jaxrl_fast.engine.phases import phase_of_op_name
+from jaxrl_fast.outputs.profiler import hlo_phase_map, instruction_phases
+from jaxrl_fast.cli.train import main, parse_args
+from jaxrl_fast.config.plan import planned_calls
 
 SCRIPT = Path(__file__).resolve().parents[1] / "profiling" / "summarize_trace.py"
 
@@ -151,7 +151,7 @@ def test_the_default_window_traces_what_fits_in_a_short_run(tmp_path):
 
 
 def test_profile_window_rules():
-    from jaxrl_fast.profiler import ProfileWindow, WindowError, profile_window
+    from jaxrl_fast.outputs.profiler import ProfileWindow, WindowError, profile_window
 
     assert profile_window(None, None, 10) == ProfileWindow(1, 3)
     assert profile_window(None, None, 2) == ProfileWindow(1, 1)

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from jaxrl_fast.config import OFF_POLICY
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.trainer import train
+from jaxrl_fast.config.run import OFF_POLICY
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.run.trainer import train
 
 RATE_FIELDS = ("wall_s", "sps", "update_frames_per_s")
 
@@ -90,19 +90,19 @@ def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actor
 
 
 @pytest.mark.parametrize("where, actors", [
-    ("asynchronous.init_env_carry", {}),  # the XLA-step actor's set-up
-    ("async_mode.recv_steps", dict(num_envs=4, env_batch_size=2)),  # an async-mode actor's EnvPool recv
+    ("jaxrl_fast.engine.schedules.asynchronous:init_env_carry", {}),  # the XLA-step actor's set-up
+    ("jaxrl_fast.engine.async_mode:recv_steps", dict(num_envs=4, env_batch_size=2)),  # an async-mode actor's EnvPool recv
 ], ids=["xla-step", "async-mode"])
 def test_a_failing_actor_thread_stops_the_run_with_its_error(tmp_path, monkeypatch, where, actors):
     import importlib
     import threading
 
-    module, name = where.split(".")
+    module, name = where.split(":")
 
     def exploding(*args, **kwargs):
         raise RuntimeError("actor exploded")
 
-    monkeypatch.setattr(importlib.import_module(f"jaxrl_fast.schedules.{module}"), name, exploding)
+    monkeypatch.setattr(importlib.import_module(module), name, exploding)
     with pytest.raises(RuntimeError, match="actor thread failed: RuntimeError: actor exploded"):
         train(async_config(tmp_path, total_steps=4000, **actors))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

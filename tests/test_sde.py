@@ -3,20 +3,18 @@ exploration matrix."""
 
 import dataclasses
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
-from jaxrl_fast.config import TrainConfig
-from jaxrl_fast.data import Rollout, Transition
-from jaxrl_fast.env import probe_spec
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.types import Rollout, Transition
+from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.ops import distributions as dist
-from jaxrl_fast.presets import resolve_defaults
-from jaxrl_fast.trainer import train
+from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.run.trainer import train
 
 FEATURES = jnp.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])  # [B=2, F=3]
 LOG_STD = jnp.log(jnp.array([[1.0], [0.5], [2.0]]))  # [F=3, A=1]
@@ -70,7 +68,7 @@ def test_ppo_sde_holds_one_matrix_per_env_for_a_rollout():
 
 def make_ppo_policy_apply(algo, state, obs):
     """The policy network's `(mean, features, log_std)`, rebuilt as make_ppo builds it."""
-    from jaxrl_fast.networks import make_policy_network
+    from jaxrl_fast.networks.heads import make_policy_network
     spec = dataclasses.replace(probe_spec("Pendulum-v1"), num_envs=3)
     return make_policy_network(spec, PPOConfig(), log_std_init=-1.0, sde=True).apply(state.params.actor, obs)
 

@@ -14,8 +14,8 @@ def fresh(code):
 
 
 def test_the_cli_modules_leave_checkpointing_plotting_and_other_env_families_unimported():
-    loaded = fresh("import json, sys; import jaxrl_fast.train, jaxrl_fast.trainer; "
-                   "from jaxrl_fast.env import probe_spec; probe_spec('CartPole-v1'); print(json.dumps(sorted(sys.modules)))")
+    loaded = fresh("import json, sys; import jaxrl_fast.cli.train, jaxrl_fast.run.trainer; "
+                   "from jaxrl_fast.env.envpool import probe_spec; probe_spec('CartPole-v1'); print(json.dumps(sorted(sys.modules)))")
     for heavy in ("orbax", "matplotlib", "tensorboardX", "envpool.jumanji", "envpool.mujoco", "envpool.atari"):
         assert not [name for name in loaded if name == heavy or name.startswith(heavy + ".")], heavy
     assert "envpool.classic_control" in loaded
@@ -24,7 +24,7 @@ def test_the_cli_modules_leave_checkpointing_plotting_and_other_env_families_uni
 LIGHT_THEN_FULL = """
 import dataclasses, json, sys
 import numpy as np
-from jaxrl_fast.env import make_pool, spec_of
+from jaxrl_fast.env.envpool import make_pool, spec_of
 pool = make_pool("CartPole-v1", 4, 1, 3)
 light = dataclasses.asdict(spec_of(pool, "CartPole-v1"))
 light_obs = pool.reset()[0].tolist()
@@ -54,5 +54,5 @@ def test_the_light_envpool_import_gives_the_pool_envpool_make_gives():
 
 
 def test_an_id_outside_the_light_families_is_found_through_every_family():
-    found = fresh("import json; from jaxrl_fast.env import env_family; print(json.dumps(env_family('HalfCheetah-v4')))")
+    found = fresh("import json; from jaxrl_fast.env.ids import env_family; print(json.dumps(env_family('HalfCheetah-v4')))")
     assert found == "mujoco"

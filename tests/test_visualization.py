@@ -1,4 +1,4 @@
-"""Evaluation videos and the learning-curve image (jaxrl_fast.video, jaxrl_fast.curves)."""
+"""Evaluation videos and the learning-curve image (jaxrl_fast.outputs.video, jaxrl_fast.outputs.curves)."""
 
 import json
 import logging
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxrl_fast import video
-from jaxrl_fast.curves import CURVE_FILE, LearningCurve, draw_learning_curve, evaluation_label, read_curve_points
-from jaxrl_fast.evaluation import Evaluator, VideoPlan
-from jaxrl_fast.train import main
+from jaxrl_fast.outputs import video
+from jaxrl_fast.outputs.curves import (CURVE_FILE, LearningCurve, draw_learning_curve, evaluation_label,
+    read_curve_points)
+from jaxrl_fast.run.evaluation import Evaluator, VideoPlan
+from jaxrl_fast.cli.train import main
 
 pytest.importorskip("imageio_ffmpeg", reason="videos need the video extra: pip install -e '.[video]'")
 
@@ -75,7 +76,7 @@ def test_a_renderer_that_raises_costs_the_video_not_the_run(tmp_path, monkeypatc
 
     monkeypatch.setattr(video, "render_frame", broken_renderer)
     run_dir = tmp_path / "run"
-    with caplog.at_level(logging.ERROR, logger="jaxrl_fast.video"):
+    with caplog.at_level(logging.ERROR, logger="jaxrl_fast.outputs.video"):
         assert main(tiny_run_args(run_dir, "--video-interval", "1")) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 4096 and summary["final_eval_return_mean"] is not None  # training and evaluation went on

@@ -11,7 +11,7 @@ import pkgutil
 from typing import Any
 
 from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig
-from jaxrl_fast.env import EnvSpec
+from jaxrl_fast.types import EnvSpec
 
 __all__ = ["ALGORITHMS", "AlgorithmSpec", "ReplayConfig", "action_space_error", "algorithm_spec", "make_algorithm"]
 

@@ -17,9 +17,10 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
-from jaxrl_fast.data import Act
-from jaxrl_fast.env import EnvSpec, random_actions
-from jaxrl_fast.networks import NetworkConfig
+from jaxrl_fast.types import Act
+from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.env.spaces import random_actions
+from jaxrl_fast.networks.config import NetworkConfig
 
 Family = Literal["on_policy", "off_policy"]
 Actions = Literal["discrete", "continuous", "any"]
@@ -52,7 +53,7 @@ class AlgorithmSpec:
       env per iteration) or "off_policy" (an `OffPolicyAlgorithm` bundle; its config is a `ReplayConfig`).
     config: its frozen config dataclass.
     make(hyper, spec, total_steps, axis_name=None): the bundle of pure functions (see
-      `jaxrl_fast.data`); with `axis_name` its optimizers average gradients over that data-parallel
+      `jaxrl_fast.types`); with `axis_name` its optimizers average gradients over that data-parallel
       axis (`mean_over_shards`), and `spec` and `total_steps` are one shard's.
     actions: the action spaces it can act in.
     metrics: the `train/...` names its updates report.

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, validate_replay
-from jaxrl_fast.data import Act, OffPolicyAlgorithm
-from jaxrl_fast.env import EnvSpec
-from jaxrl_fast.networks import make_discrete_q_network
+from jaxrl_fast.types import Act, OffPolicyAlgorithm
+from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.networks.heads import make_discrete_q_network
 from jaxrl_fast.ops.exploration import epsilon_errors, epsilon_greedy, linear_epsilon
 from jaxrl_fast.ops.losses import weighted_mean
-from jaxrl_fast.replay import Batch
+from jaxrl_fast.engine.replay import Batch
 
 
 @dataclasses.dataclass(frozen=True)

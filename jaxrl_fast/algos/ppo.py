@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, shard_mean, validate_rollout
-from jaxrl_fast.data import Act, Algorithm, Rollout
-from jaxrl_fast.env import EnvSpec
-from jaxrl_fast.networks import Network, NetworkConfig, make_policy_network, make_value_network
+from jaxrl_fast.types import Act, Algorithm, Rollout
+from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.networks.heads import Network, make_policy_network, make_value_network
+from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import global_norm, weighted_mean
 from jaxrl_fast.ops.minibatches import minibatch_epochs

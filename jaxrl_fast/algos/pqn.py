@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_fast.algos.base import AlgorithmSpec, mean_over_shards, rollout_iterations, validate_rollout
-from jaxrl_fast.data import Act, Algorithm, Rollout
-from jaxrl_fast.env import EnvSpec
-from jaxrl_fast.networks import NetworkConfig, make_discrete_q_network
+from jaxrl_fast.types import Act, Algorithm, Rollout
+from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.networks.config import NetworkConfig
+from jaxrl_fast.networks.heads import make_discrete_q_network
 from jaxrl_fast.ops.exploration import epsilon_errors, epsilon_greedy, linear_epsilon
 from jaxrl_fast.ops.losses import global_norm, weighted_mean
 from jaxrl_fast.ops.minibatches import minibatch_epochs

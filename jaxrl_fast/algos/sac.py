@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, shard_mean, validate_replay
-from jaxrl_fast.data import Act, OffPolicyAlgorithm
-from jaxrl_fast.env import EnvSpec
-from jaxrl_fast.networks import Network, make_q_network, make_squashed_gaussian_policy
+from jaxrl_fast.types import Act, OffPolicyAlgorithm
+from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.networks.heads import Network, make_q_network, make_squashed_gaussian_policy
 from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import polyak, weighted_mean
-from jaxrl_fast.replay import Batch
+from jaxrl_fast.engine.replay import Batch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Calibration (Spreeze's automatic sizing): measure this machine, then pick the sizes."""

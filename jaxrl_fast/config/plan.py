@@ -1,0 +1,144 @@
+"""The sizes of a run, derived from its config before anything is compiled.
+
+An iteration is the unit every schedule repeats: on-policy, a rollout of `num_steps` per env and
+one update; off-policy, `rollout_length` steps per env and `updates_per_iteration` gradient
+updates (`off_policy_plan`, which holds the update-to-data ratio in whole numbers). A training
+call (one `metrics.jsonl` line) runs `iterations_per_call` iterations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, NamedTuple
+
+from jaxrl_fast.config.run import TrainConfig, algo_config, family
+from jaxrl_fast.engine.replay import capacity_rows
+
+DEFAULT_DISPATCH_STEPS = 64  # concurrent/async: env steps per host dispatch when --dispatch-steps is 0
+
+
+class OffPolicyPlan(NamedTuple):
+    rollout_length: int  # env steps per env per iteration
+    updates_per_iteration: int
+    warmup_iterations: int  # iterations of uniform random actions, no updates (learning_starts)
+    batch_size: int
+    n_step: int
+    gamma: float
+    replay_rows: int
+
+
+def dispatch_steps(config: Any) -> int:
+    """Fewest env steps an iteration holds. The host-driven concurrent and async schedules pay a
+    dispatch (milliseconds on an accelerator) per iteration, so they act and update in batches of
+    at least this many steps; `sync` keeps the algorithm's own iteration (it runs fused)."""
+    if config.schedule == "sync":
+        return 1
+    return config.dispatch_steps or DEFAULT_DISPATCH_STEPS
+
+
+def off_policy_plan(hyper: Any, num_envs: int, min_steps: int = 1) -> OffPolicyPlan:
+    """Whole numbers that hold the update-to-data ratio: U updates per T x num_envs steps, with
+    T x num_envs at least `min_steps`."""
+    rollout_length = max(1, math.ceil(1.0 / (hyper.utd_ratio * num_envs)), math.ceil(min_steps / num_envs))
+    steps = rollout_length * num_envs
+    return OffPolicyPlan(
+        rollout_length=rollout_length,
+        updates_per_iteration=max(1, round(hyper.utd_ratio * steps)),
+        warmup_iterations=max(1, math.ceil(hyper.learning_starts / steps)),
+        batch_size=hyper.batch_size,
+        n_step=hyper.n_step,
+        gamma=hyper.gamma,
+        replay_rows=capacity_rows(hyper.buffer_size, num_envs),
+    )
+
+
+def run_off_policy_plan(config: TrainConfig) -> OffPolicyPlan:
+    return off_policy_plan(algo_config(config), config.num_envs, dispatch_steps(config))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Sizes derived from the config before anything is compiled."""
+
+    num_threads: int
+    steps_per_iteration: int
+    warmup_steps: int  # off-policy: random-action steps before learning (learning_starts)
+    total_iterations: int
+    iterations_per_call: int
+    eval_every_iterations: int
+    update_frames_per_iteration: int
+    warm_iterations: int  # learning iterations the schedule runs while it compiles (they are training too)
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.total_iterations * self.steps_per_iteration
+
+    def step_at(self, iteration: int) -> int:
+        """Environment steps after `iteration` learning iterations."""
+        return self.warmup_steps + iteration * self.steps_per_iteration
+
+
+def iteration_steps(config: TrainConfig) -> tuple[int, int]:
+    """(env steps per iteration, warm-up steps of random actions)."""
+    if family(config) == "off_policy":
+        plan = run_off_policy_plan(config)
+        steps = plan.rollout_length * config.num_envs
+        return steps, plan.warmup_iterations * steps
+    return config.num_envs * algo_config(config).num_steps, 0  # an on-policy config's rollout length per env
+
+
+def update_frames_per_iteration(config: TrainConfig, algorithm: Any, shards: int = 1) -> int:
+    """Samples consumed by gradient updates per iteration (Spreeze's update frame rate, per iteration);
+    a data-parallel rollout learner's `algorithm` is one of `shards` shards, each on its own rollout."""
+    if family(config) == "off_policy":
+        plan = run_off_policy_plan(config)
+        return plan.updates_per_iteration * plan.batch_size
+    return algorithm.update_frames_per_iteration * shards
+
+
+def warm_iterations(config: TrainConfig) -> int:
+    """Learning iterations a schedule runs while compiling: the on-policy concurrent and the
+    async schedules compile their learner by running one."""
+    if config.schedule == "async" or (config.schedule == "concurrent" and family(config) == "on_policy"):
+        return 1
+    return 0
+
+
+def env_threads(config: TrainConfig) -> int:
+    """EnvPool worker threads: --num-threads, or one per env (of every seed's) up to the CPU cores."""
+    return config.num_threads or min(config.num_envs * config.num_seeds, os.cpu_count() or 1)
+
+
+def shard_threads(config: TrainConfig, shards: int, local_shards: int) -> int:
+    """EnvPool threads of each pool of a data-parallel run: --num-threads, or the cores this process
+    may use (its CPU affinity, which SLURM sets per task) shared among its pools and the other
+    processes the launcher started on this host."""
+    from jaxrl_fast.engine.cluster import host_processes
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return config.num_threads or max(1, min(config.num_envs // shards, cores // (local_shards * host_processes())))
+
+
+def make_plan(config: TrainConfig, algorithm: Any = None, shards: int = 1) -> Plan:
+    """The run's sizes; `algorithm` (the built bundle, one of `shards` data-parallel shards') gives
+    the update frames per iteration."""
+    steps_per_iteration, warmup_steps = iteration_steps(config)
+    total_iterations = max(1, (config.total_steps - warmup_steps) // steps_per_iteration)
+    return Plan(
+        num_threads=env_threads(config),
+        steps_per_iteration=steps_per_iteration,
+        warmup_steps=warmup_steps,
+        total_iterations=total_iterations,
+        iterations_per_call=min(total_iterations, max(1, config.log_interval // steps_per_iteration)),
+        eval_every_iterations=max(1, round(config.eval_interval / steps_per_iteration)) if config.eval_interval else 0,
+        update_frames_per_iteration=update_frames_per_iteration(config, algorithm, shards) if algorithm is not None else 0,
+        warm_iterations=warm_iterations(config),
+    )
+
+
+def planned_calls(config: TrainConfig) -> int:
+    """Training calls (one per log interval) of a fresh run that is not stopped early."""
+    plan = make_plan(config)
+    return -(-max(0, plan.total_iterations - plan.warm_iterations) // plan.iterations_per_call)

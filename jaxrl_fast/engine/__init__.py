@@ -1,0 +1,1 @@
+"""The engine: acting, replay, placement, the schedules, the processes of a run."""

@@ -1,0 +1,400 @@
+"""The `async` schedule for off-policy algorithms (Spreeze, TianJi): actors and learner at their own pace.
+
+Actor threads each own an EnvPool instance and act with either a jitted program around EnvPool's
+XLA step (`--env-batch-size` 0 or `--num-envs`), or, in EnvPool's async mode (`--env-batch-size`
+below `--num-envs`), the jitted policy on each batch of envs that finished first, with per-env
+streams staged on the host (`jaxrl_fast.engine.async_mode`). They read the newest
+published parameters (newest wins, with a version number), act a chunk of steps, and hand the rows
+to the learner tagged with the version that produced them. The learner (the trainer's thread)
+writes the rows into the replay buffer, runs its updates and publishes new parameters.
+
+The buffer holds one stream per environment of every actor (`num_actors x num_envs` streams), so
+each stream stays one continuous trajectory: the learner writes a *block* made of the next chunk
+of every actor at once. A chunk acted by parameters more than `max_policy_lag` versions older
+than the learner's when it reaches the buffer is dropped: its rows are still written, to keep the
+stream continuous, but marked invalid, so no update ever samples them; drops are counted.
+
+A `Controller` keeps the run's shape fixed whatever the speeds:
+* replay ratio = samples consumed by updates / samples accepted after the warm-up. Its target is
+  the algorithm's update-to-data ratio x batch size: the learner waits while its next updates
+  would push the ratio past it.
+* actors wait while they are more than `lead` blocks ahead of what the learner has consumed,
+  which also bounds the policy lag.
+Any thread's failure stops every thread and is re-raised in the trainer; `close()` joins them.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_fast.engine import phases
+from jaxrl_fast.engine.acting import EvalPayload, eval_payload, init_env_carry
+from jaxrl_fast.env.episodes import add_stats, init_episode_stats
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.engine.placement import describe, transfer
+from jaxrl_fast.config.plan import run_off_policy_plan
+from jaxrl_fast.engine.replay import Row, add_many, empty_like
+from jaxrl_fast.engine.async_mode import AsyncModeActor
+from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
+from jaxrl_fast.engine.schedules.offpolicy import checkpointed_fields, make_pieces
+from jaxrl_fast.engine.timing import PhaseClock
+
+ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
+
+
+class Chunk(NamedTuple):
+    rows: Row  # [T, num_envs, ...] on the learner's device
+    version: int  # parameter version that acted (-1: uniform random warm-up actions)
+    finished: Any  # EpisodeStats of the chunk
+    actor: int
+
+
+class ParameterStore:
+    """Newest-wins parameters with a version number.
+
+    The learner publishes parameters as soon as their update is dispatched, before the device has
+    computed them; `latest_ready` gives an actor the newest version that is already computed, so
+    acting never waits for an update in flight (the version it reports is the one it acts with).
+    """
+
+    KEEP = 4  # versions kept: the learner publishes at most a few ahead of what is computed
+
+    def __init__(self, params: Any):
+        self._lock = threading.Lock()
+        self._versions: collections.deque[tuple[Any, int]] = collections.deque([(params, 0)], maxlen=self.KEEP)
+
+    def publish(self, params: Any, version: int) -> None:
+        with self._lock:
+            self._versions.append((params, version))
+
+    def latest(self) -> tuple[Any, int]:
+        with self._lock:
+            return self._versions[-1]
+
+    def latest_ready(self) -> tuple[Any, int]:
+        with self._lock:
+            versions = list(self._versions)
+        for params, version in reversed(versions):
+            if all(leaf.is_ready() for leaf in jax.tree.leaves(params) if isinstance(leaf, jax.Array)):
+                return params, version
+        return versions[0]  # none computed yet: the oldest kept (the caller waits for it)
+
+
+class Controller:
+    """Balances production and consumption; records waits, lags and drops. Counts are samples."""
+
+    def __init__(self, target_ratio: float, chunk: int, num_actors: int, max_policy_lag: int, stop: threading.Event,
+                 lead: int = 2):
+        self.target_ratio, self.chunk, self.num_actors = target_ratio, chunk, num_actors
+        self.max_policy_lag, self.lead, self.stop = max_policy_lag, lead, stop
+        self.cond = threading.Condition()
+        self.started = [0] * num_actors  # chunks each actor began after its warm-up
+        self.accepted = 0  # samples written as valid after the warm-up
+        self.consumed = 0  # samples drawn by updates
+        self.dropped = 0  # samples written invalid: acted by parameters older than the lag bound
+        self.lags: list[int] = []  # per accepted chunk
+        self.actor_wait_s = 0.0
+        self.learner_wait_s = 0.0
+
+    def _blocks_paid(self) -> float:
+        """Blocks the learner has used up: consumed at the target ratio, or dropped."""
+        return (self.consumed / self.target_ratio + self.dropped) / (self.chunk * self.num_actors)
+
+    def wait_to_start(self, actor: int) -> bool:
+        """Block until `actor` may act its next chunk; False when the run is stopping."""
+        begin = time.perf_counter()
+        with jax.profiler.TraceAnnotation(phases.WAIT), self.cond:
+            while not self.stop.is_set() and self.started[actor] >= self._blocks_paid() + self.lead:
+                self.cond.wait(0.05)
+            self.started[actor] += 1
+            self.actor_wait_s += time.perf_counter() - begin
+        return not self.stop.is_set()
+
+    def learner_may_consume(self, need: int) -> bool:
+        with self.cond:
+            return self.consumed + need <= self.target_ratio * self.accepted + 1e-9
+
+    def note(self, **changes: int) -> None:
+        with self.cond:
+            for name, value in changes.items():
+                setattr(self, name, getattr(self, name) + value)
+            self.cond.notify_all()
+
+    @property
+    def ratio(self) -> float:
+        """Samples consumed by updates per sample accepted after the warm-up."""
+        return self.consumed / max(self.accepted, 1)
+
+
+def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
+    """One chunk per actor, side by side on the env axis; a dropped chunk's rows are marked invalid."""
+    rows = tuple(r._replace(valid=r.valid & k) for r, k in zip(rows, keep))
+    return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *rows)
+
+
+def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, clock: PhaseClock) -> Callable:
+    """An actor acting as one jitted program per chunk: EnvPool's XLA step and the policy inside
+    `lax.scan`, on `device` (placement's acting device)."""
+    program = jax.jit(pieces_of(env).act_rows, static_argnums=4, donate_argnums=0)
+    with jax.default_device(device):
+        carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
+
+    def act(params, version, random, key, env_step):
+        nonlocal carry
+        carry, rows, finished = clock.timed("env", program, carry, params, key, jnp.float32(env_step), random)
+        return rows, -1 if random else version, finished
+
+    return act
+
+
+def async_mode_acting(actor: AsyncModeActor, clock: PhaseClock) -> Callable:
+    """An actor acting on EnvPool's async-mode batches from the host, rows staged per env stream."""
+
+    def act(params, version, random, key, env_step):
+        begin = time.perf_counter()
+        params = jax.block_until_ready(transfer(params, actor.device))
+        clock.interval("transfer", begin, time.perf_counter())
+        staged = actor.act_chunk(params, version, random, key, env_step, clock)
+        return staged.rows, staged.version, staged.finished
+
+    return act
+
+
+class AsyncSchedule(ScheduleBase):
+    """Off-policy `async`: actor threads with their own EnvPools, the learner on `placement.learner`."""
+
+    def __init__(self, ctx: Context):
+        config, env, options, algo = ctx.config, ctx.env, ctx.options, ctx.algo
+        if options.normalize_observations or options.scale_rewards:
+            raise ValueError("--schedule async: observation normalization and reward scaling are on-policy options")
+        self.ctx, self.algo, self.options = ctx, algo, options
+        self.plan = plan = run_off_policy_plan(config)
+        self.device, self.seed, self.num_actors = ctx.placement.learner, config.seed, config.num_actors
+        self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
+        threads = env.pool.config["num_threads"]
+        self.async_mode = 0 < config.env_batch_size < env.spec.num_envs
+        self.clock = PhaseClock()  # env, inference (async mode), transfer, update
+        if self.async_mode:  # EnvPool's async mode: each actor stages per-env streams on the host
+            self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, config.env_batch_size, threads,
+                                          self.seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, ctx.placement.host,
+                                          env.options)
+                           for i in range(self.num_actors)]
+        else:  # the whole chunk is one jitted program around EnvPool's XLA step
+            self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads,
+                                              self.seed + ACTOR_SEED_STRIDE * i, **env.options)
+                                 for i in range(1, self.num_actors)]
+        self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
+        self.pieces = make_pieces(algo, env, options, plan)
+        self.stop = threading.Event()
+        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, self.chunk,
+                                     self.num_actors, config.max_policy_lag, self.stop)
+        self.queue: queue.Queue[Chunk] = queue.Queue()
+        self.pending = [collections.deque() for _ in range(self.num_actors)]
+        self.errors: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
+        self.version, self.warmup_written = 0, 0
+        self.episodes = init_episode_stats()
+        self._updates = jax.jit(self.pieces.run_updates, donate_argnums=(0, 1))
+
+        def add_block(replay, episodes, rows, finished, keep):
+            for stats in finished:
+                episodes = add_stats(episodes, stats)
+            return add_many(replay, merge_block(rows, keep)), episodes
+
+        self._add_block = jax.jit(add_block, donate_argnums=0)
+        self.fields = checkpointed_fields(config)
+
+    # -- actors ----------------------------------------------------------------------------
+    def _actor(self, index: int, warmup_chunks: int) -> None:
+        try:
+            if self.async_mode:
+                act = async_mode_acting(self.actors[index], self.clock)
+            else:
+                pieces_of = lambda env: make_pieces(self.algo, env, self.options, self.plan)  # noqa: E731
+                act = xla_acting(pieces_of, self.envs[index], self.options, self.ctx.placement.acting, self.clock)
+            key = jax.random.key(self.seed + 7919 * (index + 1))
+            chunks = 0
+            while not self.stop.is_set():
+                random = chunks < warmup_chunks
+                if not random and not self.controller.wait_to_start(index):
+                    return
+                params, version = self.store.latest_ready()
+                key, sub = jax.random.split(key)
+                env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
+                rows, acted_by, finished = act(params, version, random, sub, env_step)
+                rows = self.clock.timed("transfer", transfer, rows, self.device)
+                self.queue.put(Chunk(rows, acted_by, finished, index))
+                chunks += 1
+        except BaseException as error:  # reported by the learner; every thread stops
+            self.errors.append(error)
+            self.stop.set()
+
+    # -- learner ---------------------------------------------------------------------------
+    def init(self, key: jax.Array, restored: Any | None = None) -> None:
+        """Initialise the learner (or put back `restored`: a buffer restored with it needs no
+        warm-up) and start the actor threads."""
+        env = self.ctx.env
+        with jax.default_device(self.device):
+            state = jax.jit(self.pieces.init)(key, env.handle, env.reset())
+        streams = self.chunk // self.plan.rollout_length * self.num_actors
+        rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
+        self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)
+        warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
+        if restored is not None:
+            self.state = self.state._replace(**restored.into(self.snapshot().state))
+            self._restore_counters(restored.meta["schedule"])
+            warmup_chunks = 0 if self.ctx.config.checkpoint_replay else warmup_chunks
+        # a copy, like every version published: the first update donates the learner's own buffers
+        self.store = ParameterStore(transfer(self.algo.acting_params(self.state.actor, self.state.critic),
+                                             self.device, may_alias=False))
+        self.store.publish(self.store.latest()[0], self.version)
+        for i in range(self.num_actors):
+            thread = threading.Thread(target=self._actor, args=(i, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        self.warmup_samples = warmup_chunks * self.num_actors * self.chunk
+
+    def _restore_counters(self, counters: dict[str, int]) -> None:
+        self.version = counters["version"]
+        for name in ("accepted", "consumed", "dropped"):
+            setattr(self.controller, name, counters[name])
+        blocks = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
+        self.controller.started = [blocks] * self.num_actors
+
+    def start(self, restored: Any | None) -> float:
+        begin = time.perf_counter()
+        self.init(jax.random.key(self.seed), restored)
+        self.warmup()  # actors fill the buffer with random actions (and compile their programs)
+        self.run(1)  # compiles the learner's program; counts as the first iteration (plan.warm_iterations)
+        return time.perf_counter() - begin
+    def _drain(self, block: bool) -> None:
+        """Move arrived chunks into the buffer, a block (one chunk per actor) at a time."""
+        while True:
+            try:
+                chunk = self._wait_for_chunk() if block else self.queue.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            self.pending[chunk.actor].append(chunk)
+            while all(self.pending):
+                self._write_block([p.popleft() for p in self.pending])
+
+    def _wait_for_chunk(self) -> Chunk:
+        with jax.profiler.TraceAnnotation(phases.WAIT):
+            return self.queue.get(timeout=0.05)
+
+    def _write_block(self, chunks: list[Chunk]) -> None:
+        ctrl = self.controller
+        warmup = [c.version < 0 for c in chunks]
+        lags = [self.version - c.version for c in chunks]
+        keep = [w or lag <= ctrl.max_policy_lag for w, lag in zip(warmup, lags)]
+        replay, self.episodes = self._add_block(self.state.replay, self.episodes, tuple(c.rows for c in chunks),
+                                                tuple(c.finished for c in chunks), jnp.asarray(keep))
+        self.state = self.state._replace(replay=replay)
+        self.warmup_written += self.chunk * sum(warmup)
+        with ctrl.cond:
+            ctrl.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
+        ctrl.note(accepted=self.chunk * sum(k and not w for w, k in zip(warmup, keep)),
+                  dropped=self.chunk * sum(not k for k in keep))
+
+    def _check(self) -> None:
+        if self.errors:
+            self.close()
+            raise RuntimeError(f"an actor thread failed: {type(self.errors[0]).__name__}: {self.errors[0]}") from self.errors[0]
+
+    def warmup(self) -> None:
+        while self.warmup_written < self.warmup_samples:
+            self._check()
+            self._drain(block=True)
+
+    def run(self, n: int):
+        collected = []
+        need = self.plan.updates_per_iteration * self.plan.batch_size
+        for _ in range(n):
+            start = time.perf_counter()
+            while True:  # the learner waits while its next updates would push the ratio past its target
+                self._check()
+                self._drain(block=False)
+                if self.controller.learner_may_consume(need):
+                    break
+                self._drain(block=True)
+            self.controller.learner_wait_s += time.perf_counter() - start
+            collected.append(self._learn())
+            self.controller.note(consumed=need)
+            self.requests.from_host(self.version, self.eval_payload)
+        metrics = mean_metrics(collected)
+        metrics.update(self.stats())
+        metrics.update(self.clock.summary())
+        episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()
+        return CallResult(metrics, episodes)
+
+    def _learn(self) -> dict:
+        """One learner iteration, dispatched; its parameters are published as a new version."""
+        state = self.state
+        key, update_key = jax.random.split(state.key)
+        keys = jax.random.split(update_key, self.plan.updates_per_iteration)
+        dispatched = time.perf_counter()
+        actor, critic, metrics = self._updates(state.actor, state.critic, state.replay, keys, state.updates)
+        self.clock.watch("update", dispatched, metrics)
+        self.version += 1
+        self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
+                                    updates=state.updates + self.plan.updates_per_iteration)
+        # a copy: the next updates donate (overwrite) the learner's buffers while actors read these
+        self.store.publish(transfer(self.algo.acting_params(actor, critic), self.device, may_alias=False), self.version)
+        return metrics
+
+    def snapshot(self) -> Snapshot:
+        """The learner's state, and the parameter version and the controller's counts."""
+        ctrl = self.controller
+        return Snapshot({name: getattr(self.state, name) for name in self.fields},
+                        {"version": self.version, "accepted": ctrl.accepted, "consumed": ctrl.consumed,
+                         "dropped": ctrl.dropped})
+
+    def stats(self) -> dict[str, float]:
+        ctrl = self.controller
+        lags = ctrl.lags or [0]
+        return {
+            "async/replay_ratio": ctrl.ratio,
+            "async/target_ratio": ctrl.target_ratio,
+            "async/policy_lag_max": float(max(lags)),
+            "async/policy_lag_mean": float(np.mean(lags)),
+            "async/dropped_samples": float(ctrl.dropped),
+            "timing/actor_wait_s": ctrl.actor_wait_s,
+            "timing/learner_wait_s": ctrl.learner_wait_s,
+        }
+
+    def eval_payload(self) -> EvalPayload:
+        return eval_payload(self.algo.acting_params(self.state.actor, self.state.critic), self.state.env)
+
+    def describe(self) -> dict[str, Any]:
+        placement = self.ctx.placement.describe() | {"actors": self.num_actors}
+        if self.async_mode:
+            placement["acting"] = describe(self.ctx.placement.host)
+        return placement
+
+    def summary(self, train_s: float) -> dict[str, Any]:
+        ctrl, seconds = self.controller, max(train_s, 1e-9)
+        return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | {
+            "production_sps": (ctrl.accepted + ctrl.dropped) / seconds,  # after the warm-up
+            "consumption_frames_per_s": ctrl.consumed / seconds,
+        }
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        with self.controller.cond:
+            self.controller.cond.notify_all()
+        for thread in self.threads:
+            thread.join(timeout)
+        if self.async_mode and not any(thread.is_alive() for thread in self.threads):
+            for actor in self.actors:
+                actor.close()
+            self.actors = []

@@ -1,0 +1,176 @@
+"""The `sync` schedule for on-policy algorithms: collect a rollout, then update, in one program.
+
+EnvPool's XLA step runs inside `lax.scan`, so a call of `run` performs many whole iterations
+(rollout + update) without returning to Python. Evaluation requests leave the program through
+`io_callback`, which only enqueues: the loop never waits for an evaluation.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_fast.engine import phases
+from jaxrl_fast.engine.acting import (EnvCarry, EnvOptions, EvalPayload, agent_keys, agents_map, eval_payload,
+    init_env_carry, make_collect, observe)
+from jaxrl_fast.types import Algorithm, Rollout
+from jaxrl_fast.env.episodes import EpisodeStats
+from jaxrl_fast.env.envpool import XlaEnv
+from jaxrl_fast.engine.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot,
+    across_shards, scan_iterations, shard_key)
+
+__all__ = ["LoopState", "OnPolicySync", "SyncLoop", "checkpointed", "make_sync_loop", "with_checkpointed"]
+
+
+class LoopState(NamedTuple):
+    """Everything the fused loop carries; all of it is run state."""
+
+    algo: Any
+    env: EnvCarry
+    key: jax.Array
+    iteration: jax.Array  # int32 []: iterations completed
+
+
+class CallMetrics(NamedTuple):
+    """Reduced over one `run` call: means of update metrics, sums of finished episodes."""
+
+    train: dict[str, jax.Array]
+    episodes: EpisodeStats
+    iterations: jax.Array  # int32 []: iterations run by this call
+
+
+class SyncLoop(NamedTuple):
+    init: Callable[[jax.Array, Any, jax.Array], LoopState]
+    run: Callable[[LoopState, jax.Array], tuple[LoopState, CallMetrics]]
+    collect: Callable[[LoopState], LoopState]  # jitted: one rollout, no update (for benchmarks)
+    steps_per_iteration: int
+    iterations_per_call: int
+
+
+def make_sync_loop(
+    algo: Algorithm,
+    env: XlaEnv,
+    options: EnvOptions,
+    iterations_per_call: int,
+    eval_every_iterations: int,
+    on_eval: Callable[[EvalPayload, Any], None] | None,
+    num_agents: int = 1,
+    batched_updates: bool = False,
+    axis_name: str | None = None,
+) -> SyncLoop:
+    """Build `init(key, handle, first_obs)` and the jitted `run(state, num_iterations)`.
+
+    `run` always scans `iterations_per_call` iterations; those past `num_iterations` are skipped.
+    `on_eval(payload, iteration)` is called on the host after every `eval_every_iterations`
+    iterations (0 disables it).
+
+    With `num_agents` N > 1 the loop trains N independent agents over one pool (agent j on envs
+    `[j E, (j + 1) E)`): `init` takes one key per agent, and the algorithm's state, the env carry
+    (but the handle), the keys, metrics, episode statistics and evaluation payloads get a leading
+    agents axis. Agent j draws exactly the random numbers a single loop with its key draws, acts
+    vmapped, and learns one agent after another: its results are bitwise those of the single loop
+    (but for observation statistics, whose vmapped sums XLA may order differently).
+    `batched_updates` vmaps the updates too (faster where the update is batch-bound, on an
+    accelerator; equal to the single loop only up to floating-point reassociation).
+
+    With `axis_name`, the loop is one data-parallel shard's, to be run inside `shard_map` over that
+    axis (`schedules.data_parallel`): `env` steps the shard's envs, keys are folded with the shard's
+    index, and a call returns the shards' mean metrics and summed episode statistics; `on_eval` is
+    called by the first shard only. The caller builds `algo` with the same axis (it averages
+    gradients over the shards) and sets `options.axis_name` (observation and reward statistics
+    span the shards): with `shard_map`'s checks off, a loop without them would let the shards drift.
+    """
+    per_agent = agents_map(num_agents)
+    learn = agents_map(num_agents, sequential=not batched_updates)
+    collect = make_collect(env, options, algo.rollout_length, num_agents)
+    requests = EvalRequests(on_eval, eval_every_iterations, axis_name)
+
+    def init(key: jax.Array, handle: Any, first_obs: jax.Array) -> LoopState:
+        algo_key, loop_key = per_agent(lambda k: tuple(jax.random.split(k)))(key)
+        return LoopState(learn(algo.init)(algo_key), init_env_carry(env, options, handle, first_obs, num_agents),
+                         loop_key, jnp.zeros((), jnp.int32))
+
+    def rollout(state: LoopState, key: jax.Array):
+        policy = lambda obs, k: per_agent(algo.act)(state.algo, obs, k)  # noqa: E731
+        env_carry, transitions, finished = collect(state.env, policy, key)
+        return state._replace(env=env_carry), transitions, finished
+
+    def iteration(state: LoopState) -> tuple[LoopState, dict[str, jax.Array], EpisodeStats]:
+        key, rollout_key, update_key = per_agent(lambda k: tuple(jax.random.split(k, 3)))(state.key)
+        state, transitions, finished = rollout(state, shard_key(rollout_key, axis_name))
+        last_obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(state.env._replace(handle=None))
+        with jax.named_scope(phases.UPDATE):
+            update = learn(algo.update, in_axes=(0, Rollout(1, 0), 0))  # transitions are [T, N, E, ...]
+            algo_state, metrics = update(state.algo, Rollout(transitions, last_obs), shard_key(update_key, axis_name))
+        state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
+        requests.from_program(state.iteration, EvalPayload(per_agent(algo.policy_params)(algo_state), state.env.obs_moments))
+        return state, metrics, finished
+
+    def run(state: LoopState, num_iterations: jax.Array) -> tuple[LoopState, CallMetrics]:
+        state, metrics, stats = scan_iterations(iteration, state, num_iterations, iterations_per_call)
+        metrics, stats = across_shards(axis_name, metrics, stats)
+        return state, CallMetrics(metrics, stats, jnp.minimum(num_iterations, iterations_per_call))
+
+    return SyncLoop(
+        init=init,
+        run=jax.jit(run, donate_argnums=0),
+        collect=jax.jit(lambda state: rollout(state, state.key)[0], donate_argnums=0),
+        steps_per_iteration=env.spec.num_envs // num_agents * algo.rollout_length,  # each agent's
+        iterations_per_call=iterations_per_call,
+    )
+
+
+def checkpointed(state: LoopState) -> dict[str, Any]:
+    """What a checkpoint holds of the loop's state: the learner, its key and count, and the env
+    statistics (EnvPool's simulators cannot be saved: a resumed run starts new episodes)."""
+    return {"algo": state.algo, "key": state.key, "iteration": state.iteration,
+            "obs_moments": state.env.obs_moments, "reward_scale": state.env.reward_scale}
+
+
+def with_checkpointed(state: LoopState, saved: dict[str, Any]) -> LoopState:
+    """`state` with `checkpointed`'s fields put back from `saved`."""
+    env = state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
+    return state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"], env=env)
+
+
+class OnPolicySync(ScheduleBase):
+    """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call,
+                                   ctx.plan.eval_every_iterations, ctx.on_eval, ctx.config.num_seeds,
+                                   ctx.config.batch_seed_updates)
+
+    def start(self, restored: Any | None) -> float:
+        env, acting = self.ctx.env, self.ctx.placement.acting
+        with jax.default_device(acting):
+            args = (agent_keys(self.ctx.config.seed, self.ctx.config.num_seeds), env.handle, env.reset())
+            begin = time.perf_counter()
+            # The loop compiles from the state's shapes on a second thread while `init` compiles and
+            # runs here: XLA releases the GIL, so the two compilations overlap.
+            where = jax.sharding.SingleDeviceSharding(acting)
+            shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type),
+                                  jax.eval_shape(self.loop.init, *args))
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile-loop") as compiler:
+                compiled = compiler.submit(lambda: self.loop.run.lower(shapes, jnp.int32(0)).compile())
+                self.state = jax.jit(self.loop.init)(*args)
+                if restored is not None:
+                    self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
+                self._run = compiled.result()
+            return time.perf_counter() - begin
+
+    def run(self, n: int) -> CallResult:
+        self.state, metrics = self._run(self.state, jnp.int32(n))
+        metrics = jax.device_get(metrics)
+        return CallResult(metrics.train, metrics.episodes)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(checkpointed(self.state), {})
+
+    def eval_payload(self) -> EvalPayload:
+        return eval_payload(agents_map(self.ctx.config.num_seeds)(self.ctx.algo.policy_params)(self.state.algo), self.state.env)

@@ -1,0 +1,222 @@
+"""EnvPool backend"""
+
+from __future__ import annotations
+import functools
+import sys
+from typing import Any, Callable, NamedTuple, Sequence
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import ffi
+from jaxrl_fast.env.ids import EnvError, PIXEL_FAMILIES, check_env_id, env_family
+from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
+from jaxrl_fast.types import EnvSpec, Step
+
+
+
+def check_step(step: Step, spec: EnvSpec) -> None:
+    """The adapter's promise to the jitted code: shapes and dtypes of a batched step."""
+    n = spec.num_envs
+    chex.assert_shape(step.obs, (n, *spec.obs_shape))
+    chex.assert_shape([step.reward, step.terminated, step.truncated, step.elapsed_step, step.score, step.game_over], (n,))
+    chex.assert_type([step.obs, step.reward, step.terminated, step.elapsed_step, step.score, step.game_over],
+                     [jnp.dtype(spec.obs_dtype), jnp.float32, bool, jnp.int32, jnp.float32, bool])
+
+
+class XlaEnv(NamedTuple):
+    """A batch of EnvPool environments driven from jitted code.
+
+    `reset()` runs on the host once, before the first jitted call, and returns the first
+    observations. `step` is pure in the sense JAX needs: the handle is threaded through.
+    """
+
+    spec: EnvSpec
+    pool: Any  # the EnvPool object; kept alive as long as the handle is used
+    handle: np.ndarray
+    step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
+    has_gpu_step: bool  # EnvPool was built with a GPU target for its XLA calls
+    options: dict[str, Any]  # the EnvPool options it was made with (e.g. Atari's episodic_life)
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self.pool.reset()
+        return np.asarray(obs, dtype=self.spec.obs_dtype)
+
+
+def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], batch_size: int = 0,
+              **options: Any) -> Any:
+    """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
+    `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
+    Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env)."""
+    check_env_id(env_id)  # registers the id's family (and imports EnvPool)
+    import envpool
+
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=batch_size or num_envs,
+        num_threads=num_threads,
+        seed=[int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else int(seed),
+        **options,
+    )
+
+
+def agent_env_seeds(seed: int, num_agents: int, num_envs: int) -> list[int]:
+    """Per-env seeds of one pool shared by `num_agents` agents of `num_envs` envs each: agent k's
+    envs get `seed + k + i`, as a single run with seed `seed + k` seeds its env i. So agent k's env
+    i + 1 and agent k + 1's env i start from one seed, exactly as those two single runs would."""
+    return [seed + k + i for k in range(num_agents) for i in range(num_envs)]
+
+
+def spec_of(pool: Any, env_id: str) -> EnvSpec:
+    space = pool.single_action_space if hasattr(pool, "single_action_space") else pool.action_space
+    obs_space = pool.single_observation_space if hasattr(pool, "single_observation_space") else pool.observation_space
+    discrete = hasattr(space, "n")
+    if discrete:
+        num_actions, shape, low, high = int(space.n), (), (), ()
+    else:
+        num_actions, shape = 0, tuple(space.shape)
+        low = tuple(float(x) for x in np.asarray(space.low, np.float64).reshape(-1))
+        high = tuple(float(x) for x in np.asarray(space.high, np.float64).reshape(-1))
+    return EnvSpec(
+        env_id=env_id,
+        family=env_family(env_id),
+        num_envs=int(pool.config["num_envs"]),
+        obs_shape=tuple(obs_space.shape),
+        discrete=discrete,
+        num_actions=num_actions,
+        action_shape=shape,
+        action_low=low,
+        action_high=high,
+        max_episode_steps=int(pool.config["max_episode_steps"]),
+        obs_dtype="uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32",
+        frame_stack=int(pool.config.get("stack_num", 1)) if env_family(env_id) in PIXEL_FAMILIES else 1,
+    )
+
+
+def probe_spec(env_id: str, options: dict[str, Any] | None = None) -> EnvSpec:
+    """The spec of an env id with pool options (e.g. Atari's frame size), from a one-env pool that
+    is closed again at once (once per id and options: the CLI's checks ask for it more than once,
+    and a MuJoCo pool takes a while to build)."""
+    return _probe_spec(env_id, tuple(sorted((options or {}).items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_spec(env_id: str, options: tuple[tuple[str, Any], ...]) -> EnvSpec:
+    pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0, **dict(options))
+    try:
+        return spec_of(pool, env_id)
+    finally:
+        pool.close()
+
+
+def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) -> Callable:
+    """One of EnvPool's native XLA entry points as an `ffi_call` in wire format."""
+    in_specs, out_specs = specs
+    cpu_capsule, gpu_capsule = capsules
+    target = f"jaxrl_fast_{type(pool).__name__}_{id(pool)}_{name}"
+    ffi.register_ffi_target(target, cpu_capsule, platform="cpu", api_version=1)
+    if gpu_capsule is not None:
+        ffi.register_ffi_target(target, gpu_capsule, platform="gpu", api_version=1)
+    ins = tuple(wire_struct(d, s) for d, s in in_specs)
+    outs = tuple(wire_struct(d, s) for d, s in out_specs)
+    call = ffi.ffi_call(
+        target,
+        outs,
+        has_side_effect=True,
+        input_layouts=tuple(tuple(range(len(x.shape))) for x in ins),
+        output_layouts=tuple(tuple(range(len(x.shape))) for x in outs),
+        input_output_aliases={0: 0},
+    )
+    handle_value = int.from_bytes(handle, byteorder=sys.byteorder, signed=False)
+
+    def checked(*args: jax.Array) -> Any:
+        for arg, want in zip(args, ins):  # runs at trace time: a wrong buffer never reaches C++
+            if tuple(arg.shape) != tuple(want.shape) or arg.dtype != want.dtype:
+                raise EnvError(f"EnvPool {name}: got {arg.dtype}{list(arg.shape)}, expected {want.dtype}{list(want.shape)}")
+        return call(*args, handle=handle_value)
+
+    return checked
+
+
+def end_flags(done: Any, trunc: Any, elapsed: Any, max_steps: int) -> tuple[Any, Any]:
+    """(terminated, truncated) from EnvPool's flags, for numpy or jax arrays.
+
+    EnvPool has reported time-limit ends as plain `done` in some versions: trust the clock."""
+    truncated = done & (trunc | (elapsed >= max_steps))
+    return done & ~truncated, truncated
+
+
+class HostSteps(NamedTuple):
+    """What one `recv` of an async-mode pool returns, on the host; arrays are `[batch_size, ...]`."""
+
+    env_id: np.ndarray  # int32: which envs these are
+    obs: np.ndarray  # float32
+    reward: np.ndarray  # float32
+    terminated: np.ndarray  # bool
+    truncated: np.ndarray  # bool
+
+
+def recv_steps(pool: Any, max_steps: int) -> HostSteps:
+    """The next `batch_size` finished envs of an async-mode pool, in the learner's dtypes."""
+    obs, reward, terminated, truncated, info = pool.recv()
+    terminated, truncated = end_flags(terminated | truncated, truncated, info["elapsed_step"], max_steps)
+    return HostSteps(np.asarray(info["env_id"], np.int32), np.asarray(obs, np.float32),
+                     np.asarray(reward, np.float32), terminated, truncated)
+
+
+def make_xla_env(
+    env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], **options: Any
+) -> XlaEnv:
+    """Build the pool and its jittable `step`. Rewards arrive as float32, observations as float32
+    or, for images, uint8."""
+    pool = make_pool(env_id, num_envs, num_threads, seed, **options)
+    spec = spec_of(pool, env_id)
+    native = {name: entry for name, entry in pool._xla()}
+    recv_handle, recv_specs, recv_caps = native["recv"]
+    send_handle, send_specs, send_caps = native["send"]
+    recv = _xla_call(pool, "recv", recv_handle, recv_specs, recv_caps)
+    send = _xla_call(pool, "send", send_handle, send_specs, send_caps)
+    state_keys = list(pool._state_keys)
+    state_dtypes = {k: d for k, (d, _) in zip(state_keys, recv_specs[1][1:])}
+    action_keys = list(pool._spec._action_keys)
+    action_dtypes = [d for d, _ in send_specs[0][1:]]
+    for key in ("obs", "reward", "done", "trunc", "elapsed_step"):
+        if key not in state_dtypes:
+            raise EnvError(f"EnvPool {env_id}: state field {key!r} missing from {state_keys}")
+    if action_keys[-1] != "action" or len(action_keys) != len(action_dtypes):
+        raise EnvError(f"EnvPool {env_id}: unexpected action fields {action_keys}")
+    env_ids = np.arange(num_envs, dtype=np.int32)
+    max_steps = spec.max_episode_steps
+    scored = "info:reward" in state_dtypes and "info:terminated" in state_dtypes  # Atari's game fields
+
+    def step(handle: jax.Array, action: jax.Array) -> tuple[jax.Array, Step]:
+        ids = jnp.asarray(env_ids)
+        inputs = [to_wire(ids, d) for d in action_dtypes[:-1]] + [to_wire(action, action_dtypes[-1])]
+        (handle,) = send(handle, *inputs)
+        handle, *fields = recv(handle)
+        state = {k: from_wire(v, state_dtypes[k]) for k, v in zip(state_keys, fields)}
+        elapsed = state["elapsed_step"].astype(jnp.int32)
+        terminated, truncated = end_flags(state["done"].astype(bool), state["trunc"].astype(bool), elapsed, max_steps)
+        reward = state["reward"].astype(jnp.float32)
+        out = Step(
+            obs=state["obs"].astype(spec.obs_dtype),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            elapsed_step=elapsed,
+            score=state["info:reward"].astype(jnp.float32) if scored else reward,
+            game_over=(state["info:terminated"].astype(bool) | truncated) if scored else terminated | truncated,
+        )
+        check_step(out, spec)  # at trace time: free at run time
+        return handle, out
+
+    return XlaEnv(
+        spec=spec,
+        pool=pool,
+        handle=np.frombuffer(recv_handle, dtype=np.uint8).copy(),
+        step=step,
+        has_gpu_step=recv_caps[1] is not None and send_caps[1] is not None,
+        options=dict(options),
+    )

@@ -1,0 +1,130 @@
+"""Episode bookkeeping inside the jitted loop (and on the host for EnvPool's async mode)."""
+
+from __future__ import annotations
+from typing import NamedTuple
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxrl_fast.types import Step
+
+
+
+class EpisodeState(NamedTuple):
+    """Per-env running statistics carried through the jitted loop, `[num_envs]` each.
+
+    The running return and length are the game's (`Step.score` over every life). `reset_step` is
+    True where the next step is EnvPool's reset step (the previous step ended the learner's
+    episode): that step's action is ignored and it is no transition.
+    """
+
+    episode_return: jax.Array  # float32: undiscounted score of the running game
+    episode_length: jax.Array  # int32: its steps, reset steps not counted
+    reset_step: jax.Array  # bool
+
+
+class EpisodeStats(NamedTuple):
+    """Completed games, summed so they can be reduced inside jit and fetched rarely."""
+
+    count: jax.Array  # int32 []
+    return_sum: jax.Array  # float32 []
+    length_sum: jax.Array  # int32 []
+
+
+def init_episode_state(num_envs: int) -> EpisodeState:
+    return EpisodeState(
+        episode_return=jnp.zeros((num_envs,), jnp.float32),
+        episode_length=jnp.zeros((num_envs,), jnp.int32),
+        reset_step=jnp.zeros((num_envs,), bool),
+    )
+
+
+def init_episode_stats() -> EpisodeStats:
+    return EpisodeStats(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
+
+
+def track_episodes(state: EpisodeState, step: Step) -> tuple[EpisodeState, EpisodeStats]:
+    """Advance the running statistics by one step and report the games that just ended.
+
+    Reset steps contribute nothing: their reward is not part of any episode (and is 0).
+    """
+    valid = ~state.reset_step
+    ret = state.episode_return + jnp.where(valid, step.score, 0.0)
+    length = state.episode_length + valid.astype(jnp.int32)
+    ended = valid & step.game_over
+    stats = EpisodeStats(
+        count=ended.sum(dtype=jnp.int32),
+        return_sum=jnp.where(ended, ret, 0.0).sum(),
+        length_sum=jnp.where(ended, length, 0).sum(dtype=jnp.int32),
+    )
+    new_state = EpisodeState(
+        episode_return=jnp.where(ended, 0.0, ret),
+        episode_length=jnp.where(ended, 0, length),
+        reset_step=valid & (step.terminated | step.truncated),
+    )
+    return new_state, stats
+
+
+def track_rollout_episodes(
+    state: EpisodeState, score: jax.Array, game_over: jax.Array, valid: jax.Array, reset_step: jax.Array
+) -> tuple[EpisodeState, EpisodeStats]:
+    """`track_episodes` over a whole rollout at once: `[T, B]` scores and game ends, `valid[t]`
+    False on reset steps (`valid[0] == ~state.reset_step`), and `reset_step` `[B]` after the last
+    step. Same state and totals as scanning `track_episodes` step by step, in a few batched ops
+    after the loop instead of ops in every step.
+
+    The games that end within the rollout partition each env's valid steps up to its last end:
+    their scores sum to the running score carried in plus every valid score up to that end.
+    """
+    ended = valid & game_over
+    t = jnp.arange(score.shape[0], dtype=jnp.int32)[:, None]
+    last_end = jnp.max(jnp.where(ended, t, -1), axis=0)  # [B]; -1 where no game ended
+    any_end = last_end >= 0
+    closed = t <= last_end  # [T, B]: steps of games that ended in this rollout
+    score = jnp.where(valid, score, 0.0)
+    steps = valid.astype(jnp.int32)
+    stats = EpisodeStats(
+        count=ended.sum(dtype=jnp.int32),
+        return_sum=jnp.where(closed, score, 0.0).sum() + jnp.where(any_end, state.episode_return, 0.0).sum(),
+        length_sum=(jnp.where(closed, steps, 0).sum() + jnp.where(any_end, state.episode_length, 0).sum()).astype(jnp.int32),
+    )
+    new_state = EpisodeState(
+        episode_return=jnp.where(any_end, 0.0, state.episode_return) + jnp.where(closed, 0.0, score).sum(0),
+        episode_length=jnp.where(any_end, 0, state.episode_length) + jnp.where(closed, 0, steps).sum(0, dtype=jnp.int32),
+        reset_step=reset_step,
+    )
+    return new_state, stats
+
+
+def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
+    return EpisodeStats(*(x + y for x, y in zip(a, b)))
+
+
+class HostEpisodes:
+    """`track_episodes` on the host, for envs whose steps arrive a few at a time and out of order
+    (EnvPool's async mode): the same rules, per env id, in numpy."""
+
+    def __init__(self, num_envs: int):
+        self.episode_return = np.zeros(num_envs, np.float64)
+        self.episode_length = np.zeros(num_envs, np.int64)
+        self.reset_step = np.zeros(num_envs, bool)  # the env's next step is EnvPool's reset step
+        self._finished = [0, 0.0, 0]  # count, return sum, length sum
+
+    def track(self, ids: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """Advance envs `ids` by one step each; returns which steps were transitions (not reset steps)."""
+        valid = ~self.reset_step[ids]
+        self.episode_return[ids] = np.where(valid, self.episode_return[ids] + reward, 0.0)
+        self.episode_length[ids] = np.where(valid, self.episode_length[ids] + 1, 0)
+        ended = valid & (terminated | truncated)
+        self._finished[0] += int(ended.sum())
+        self._finished[1] += float(self.episode_return[ids][ended].sum())
+        self._finished[2] += int(self.episode_length[ids][ended].sum())
+        self.episode_return[ids[ended]] = 0.0
+        self.episode_length[ids[ended]] = 0
+        self.reset_step[ids] = ended
+        return valid
+
+    def take(self) -> EpisodeStats:
+        """Episodes finished since the last `take` (numpy scalars)."""
+        count, return_sum, length_sum = self._finished
+        self._finished = [0, 0.0, 0]
+        return EpisodeStats(np.int32(count), np.float32(return_sum), np.int32(length_sum))

@@ -1,0 +1,159 @@
+"""EnvPool ids: which exist, their families, which the engine can train on, and their options."""
+
+from __future__ import annotations
+import difflib
+import sys
+from typing import Any, Sequence
+
+
+
+# Families whose observations are flat vectors an MLP can take, and those of stacked uint8 frames.
+VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text")
+
+
+PIXEL_FAMILIES = ("atari",)
+
+
+# Pool options the engine sets itself (`make_pool`'s arguments), never given through --env-kwargs.
+ENGINE_OPTIONS = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "max_num_players",
+                  "thread_affinity_offset", "gym_reset_return_info", "base_path", "task")
+
+
+# Options that shape the learner's view of a game but not the game: evaluation pools leave them out,
+# so an evaluation episode is one whole game scored as published tables score it.
+TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip", "zero_discount_on_life_loss")
+
+
+class EnvError(ValueError):
+    """A problem with the requested environment, reported before anything expensive starts."""
+
+
+# Registered alone when one of them holds the id: `import envpool` registers every family, and
+# some registrations are slow (jumanji's imports matplotlib: ~0.7 s of EnvPool's ~0.9 s).
+LIGHT_FAMILIES = ("classic_control", "box2d", "toy_text")
+
+
+def import_envpool_light() -> Any:
+    """EnvPool's package without its `envpool.entry` (the import of every family's registration);
+    the light families registered. Falls back to the whole `import envpool` if that fails."""
+    import importlib
+    import types
+
+    if "envpool" not in sys.modules:
+        stub = sys.modules.setdefault("envpool.entry", types.ModuleType("envpool.entry"))
+        try:
+            import envpool  # noqa: F401  its `import envpool.entry` finds the stub
+        except Exception:  # a layout this does not know: the whole package, as EnvPool imports it
+            sys.modules.pop("envpool.entry", None)
+            import envpool  # noqa: F401
+        finally:
+            if sys.modules.get("envpool.entry") is stub:
+                del sys.modules["envpool.entry"]  # a later `import envpool.entry` registers the rest
+    try:
+        for family in LIGHT_FAMILIES:
+            importlib.import_module(f"envpool.{family}.registration")
+    except ImportError:
+        import envpool.entry  # noqa: F401
+    import envpool.registration
+
+    return envpool.registration.registry
+
+
+def registered_specs(env_id: str) -> dict[str, Any]:
+    """EnvPool's registry of ids, holding `env_id` if EnvPool knows it: the light families' only
+    when one of them holds it, every family's otherwise."""
+    registry = import_envpool_light()
+    if env_id not in registry.specs:
+        import envpool.entry  # noqa: F401  every family
+    return registry.specs
+
+
+def env_family(env_id: str) -> str:
+    """The EnvPool module family of an id: 'classic_control', 'mujoco', 'atari', ..."""
+    specs = registered_specs(env_id)
+    if env_id not in specs:
+        raise EnvError(unknown_env_message(env_id))
+    return specs[env_id][0].split(".")[1]
+
+
+def unknown_env_message(env_id: str) -> str:
+    import envpool
+    import envpool.entry  # noqa: F401  every family's ids
+
+    known = envpool.list_all_envs()
+    close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.6)
+    if not close:  # case and punctuation slips: 'cartpole' -> 'CartPole-v1'
+        lowered = {k.lower(): k for k in known}
+        close = [lowered[k] for k in difflib.get_close_matches(env_id.lower(), list(lowered), n=5, cutoff=0.5)]
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return f"--env: unknown EnvPool id {env_id!r}.{hint} (envpool.list_all_envs() lists all {len(known)}.)"
+
+
+def check_env_id(env_id: str) -> str:
+    """Return the family of a known id whose observations the networks can take, or raise EnvError."""
+    family = env_family(env_id)
+    if family not in VECTOR_FAMILIES + PIXEL_FAMILIES:
+        raise EnvError(
+            f"--env: {env_id!r} is an EnvPool {family!r} task; this version trains "
+            f"on vector observations ({', '.join(VECTOR_FAMILIES)}) and Atari frames ({', '.join(PIXEL_FAMILIES)})."
+        )
+    return family
+
+
+def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """`--env-kwargs` as a dict: `key=value` items, values read as bool, int, float or text; a key
+    given twice takes its last value (a preset's options, then the command line's)."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise EnvError(f"--env-kwargs: {item!r} is not key=value (e.g. repeat_action_probability=0.25)")
+        options[key.strip()] = _option_value(text.strip())
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
+    """Refuse an EnvPool option the id does not have, one the engine sets itself, or a value of
+    another type than the option's default, naming the options there are."""
+    if not options:
+        return
+    check_env_id(env_id)
+    import envpool
+
+    spec = envpool.make_spec(env_id)
+    defaults = dict(zip(spec.config._fields, spec._default_config_values))
+    settable = sorted(set(defaults) - set(ENGINE_OPTIONS))
+    for key, value in options.items():
+        if key in ENGINE_OPTIONS:
+            raise EnvError(f"--env-kwargs: {key} is set by --env or by the engine's own flags (--num-envs, --num-threads, --seed)")
+        if key not in defaults:
+            close = difflib.get_close_matches(key, settable, n=3)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise EnvError(f"--env-kwargs: {env_id} has no option {key!r}.{hint} It has: {', '.join(settable)}")
+        default = defaults[key]
+        fits = isinstance(value, type(default)) or (isinstance(default, float) and type(value) is int)
+        if not fits or (isinstance(value, bool) and not isinstance(default, bool)):
+            raise EnvError(f"--env-kwargs: {key}={value!r} is of type {type(value).__name__}; {env_id}'s {key} is of "
+                           f"type {type(default).__name__} (default {default!r})")
+
+
+def merge_env_kwargs(*items: Sequence[str]) -> tuple[str, ...]:
+    """Several `--env-kwargs` lists as one, a later list's value of a key replacing an earlier one's."""
+    return tuple(f"{key}={value}" for key, value in parse_env_kwargs([i for part in items for i in part]).items())
+
+
+def evaluation_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The pool options of evaluation envs: the training ones without those that only shape the
+    learner's view (life-loss episodes, clipped rewards)."""
+    return {k: v for k, v in options.items() if k not in TRAINING_ONLY_OPTIONS}

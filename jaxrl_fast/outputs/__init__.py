@@ -1,0 +1,1 @@
+"""What a run leaves behind: checkpoints, metrics, learning curves, videos, profiler traces, aggregates."""

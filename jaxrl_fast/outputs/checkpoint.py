@@ -1,0 +1,424 @@
+"""Checkpoints of a run's state with orbax, and the policy loader that needs no training code.
+
+A checkpoint is a directory `RUN_DIR/checkpoints/<step>/` written by orbax's CheckpointManager
+(into a temporary directory, renamed when complete, so a crash never leaves a half checkpoint
+that counts). It holds three items:
+
+* `state`: the run state as a flat dict of arrays (keys `00000`, `00001`, ... in tree order;
+  their tree paths are in `meta`, so a mismatch is caught and named). PRNG keys are stored as
+  their raw key data. EnvPool's simulators cannot be saved: a resumed run starts new episodes.
+* `policy`: what evaluation acts with (policy parameters and observation statistics), for
+  `load_policy`.
+* `meta`: JSON: step, iterations, the tree paths, and schedule counters.
+
+`RUN_DIR/checkpoints/policy.json` describes the network (algorithm, env spec, config) beside
+the weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CHECKPOINT_DIR = "checkpoints"
+POLICY_JSON = "policy.json"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint that could not be written (a full disk, a file-size limit); the ones before it stay."""
+
+
+def write_failure(error: BaseException) -> str:
+    """One line for a failed write: the OS's reason when the innermost error names one (orbax wraps it
+    in a page of tensorstore context), else the innermost error's first line."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    text = str(error)
+    code = re.search(r"os_error_code='(\d+)'", text)
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return os.strerror(int(code.group(1))) if code else f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@functools.cache  # once per process
+def _ignore_late_write_callbacks() -> None:
+    """After a failed write, the writes still in flight finish into the event loop orbax closed, and
+    each would print a traceback of `RuntimeError: Event loop is closed` (through sys.excepthook,
+    from tensorstore's threads); the failure is reported once, by the save."""
+
+    def closed_loop(error: BaseException) -> bool:
+        return isinstance(error, RuntimeError) and "Event loop is closed" in str(error)
+
+    excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
+    sys.excepthook = lambda kind, error, tb: None if closed_loop(error) else excepthook(kind, error, tb)
+    sys.unraisablehook = lambda unraisable: None if closed_loop(unraisable.exc_value) else unraisablehook(unraisable)
+
+
+class _DropErrors(logging.Filter):
+    """Orbax logs the traceback of a failed background write before the save reports it, and asyncio
+    the error of each write still in flight; the save reports the failure in one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def is_key(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def flatten_state(tree: Any) -> tuple[dict[str, Any], list[str]]:
+    """Arrays by position (`00000`, ...) and their tree paths; keys become their key data."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    flat = {f"{i:05d}": jax.random.key_data(leaf) if is_key(leaf) else leaf for i, (_, leaf) in enumerate(leaves)}
+    return flat, [jax.tree_util.keystr(path) for path, _ in leaves]
+
+
+def unflatten_into(template: Any, flat: dict[str, Any], paths: list[str]) -> Any:
+    """Saved arrays in the structure, dtypes and placement of `template` (a freshly built state)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+    expected = [jax.tree_util.keystr(path) for path, _ in leaves]
+    if expected != paths:
+        missing = sorted(set(expected) - set(paths))[:3]
+        extra = sorted(set(paths) - set(expected))[:3]
+        raise CheckpointError(f"the checkpoint does not match this run's state (missing {missing}, unexpected {extra})")
+    out = []
+    for i, (_, leaf) in enumerate(leaves):
+        saved = flat[f"{i:05d}"]
+        if is_key(leaf):
+            value = jax.random.wrap_key_data(jnp.asarray(saved), impl=jax.random.key_impl(leaf))
+        else:
+            value = np.asarray(saved).astype(leaf.dtype)
+            if np.shape(value) != np.shape(leaf):
+                raise CheckpointError(f"{expected[i]}: saved shape {np.shape(value)} != {np.shape(leaf)}")
+        out.append(jax.device_put(value, leaf.sharding) if isinstance(leaf, jax.Array) else value)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+class Restored(NamedTuple):
+    step: int
+    meta: dict[str, Any]
+    state: dict[str, Any]  # flat arrays; `into(template)` rebuilds them
+
+    def into(self, template: Any, item: str = "paths") -> Any:
+        return unflatten_into(template, self.state, self.meta[item])
+
+
+class StackedRestored(NamedTuple):
+    """The checkpoints of a --num-seeds run's agents at one step (each a single run's checkpoint),
+    rebuilt along the leading agents axis of the run's state."""
+
+    parts: list[Restored]
+
+    @property
+    def step(self) -> int:
+        return self.parts[0].step
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.parts[0].meta
+
+    def into(self, template: dict[str, Any], item: str = "paths") -> dict[str, Any]:
+        agents = [part.into(agent_state(template, k, len(self.parts)), item) for k, part in enumerate(self.parts)]
+        return join_agents(template, agents)
+
+
+def agent_state(state: dict[str, Any], index: int, num_agents: int) -> dict[str, Any]:
+    """Agent `index`'s part of a --num-seeds run's state (a schedule's snapshot): a single run's state."""
+    from jaxrl_fast.engine.acting import agent_part
+    from jaxrl_fast.engine.replay import agent_columns
+
+    own = {name: agent_part(value, index) for name, value in state.items() if name != "replay"}
+    if "replay" in state:  # one buffer, each agent's envs a block of its columns
+        own["replay"] = agent_columns(state["replay"], index, num_agents)
+    return own
+
+
+def join_agents(template: dict[str, Any], agents: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's state from its agents' (the inverse of `agent_state`), placed like `template`."""
+    from jaxrl_fast.engine.replay import join_columns
+
+    def stack(like: Any, *values: Any) -> Any:
+        if jnp.ndim(like) == 0:  # a counter the agents share
+            return values[0]
+        return jax.device_put(jnp.stack(values), like.sharding) if isinstance(like, jax.Array) else np.stack(values)
+
+    joined = {name: jax.tree.map(stack, value, *[agent[name] for agent in agents])
+              for name, value in template.items() if name != "replay"}
+    if "replay" in template:
+        replay = join_columns([agent["replay"] for agent in agents])
+        joined["replay"] = jax.tree.map(lambda like, x: jax.device_put(x, like.sharding), template["replay"], replay)
+    return joined
+
+
+def host_copy(tree: Any) -> Any:
+    """`jax.device_get` of a tree whose arrays may span processes (a data-parallel run's per-shard
+    state): each such array is gathered from every process first, a collective that every process
+    of the run calls at the same point (they checkpoint and check alike)."""
+
+    def local(x: Any) -> Any:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return x
+
+    return jax.device_get(jax.tree.map(local, tree))
+
+
+def nonfinite_leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
+    """Tree paths and values of floating-point leaves holding a NaN or an infinity (one device-to-host copy)."""
+    # an array spread over the processes of a data-parallel run (a shard's own state) is left to its
+    # shard: what the shards share, each process checks alike, without a collective per call
+    leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+              if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) and x.is_fully_addressable]
+    if not leaves:
+        return []
+    # on the host: op by op on the device, each leaf's shape compiled programs of its own (a second of
+    # start-up), and the parameters are small beside one training call
+    values = jax.device_get([x for _, x in leaves])
+    return [(path, value) for (path, _), value in zip(leaves, values) if not np.isfinite(value).all()]
+
+
+def check_finite(metrics: dict[str, Any], params: Any, step: int, num_agents: int = 1) -> None:
+    """Raise NonFiniteError naming the first non-finite loss/metric or parameter and the step; with
+    `num_agents` > 1 (leaves with a leading agents axis), also the agents' run directories."""
+
+    def agents(value: np.ndarray) -> str:
+        if num_agents == 1:
+            return ""
+        finite = np.isfinite(np.asarray(value)).reshape(num_agents, -1).all(axis=1)
+        return " in " + ", ".join(f"seed_{k}" for k in np.flatnonzero(~finite))
+
+    for name, value in metrics.items():
+        if name.startswith("train/") and not np.isfinite(value).all():
+            first = np.asarray(value).reshape(-1)[~np.isfinite(np.asarray(value).reshape(-1))][0]
+            raise NonFiniteError(f"{name} became {float(first)} at step {step}{agents(value)}")
+    bad = nonfinite_leaves(params)
+    if bad:
+        path, value = bad[0]
+        raise NonFiniteError(f"parameter {path} became non-finite at step {step}{agents(value)}"
+                             + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+
+
+class Checkpointer:
+    """Periodic, atomic checkpoints keeping the newest `keep`; saving runs in the background."""
+
+    def __init__(self, run_dir: Path, keep: int):
+        self.directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+        self.keep = keep
+        self._opened: Any = None
+
+    @property
+    def _manager(self) -> Any:
+        """orbax's manager, made at the first save or restore: importing orbax takes a few tenths of
+        a second that a run's start-up need not wait for."""
+        if self._opened is None:
+            import orbax.checkpoint as ocp
+
+            _ignore_late_write_callbacks()
+            self._opened = ocp.CheckpointManager(
+                self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True))
+        return self._opened
+
+    def save(self, step: int, state: Any, policy: Any, meta: dict[str, Any]) -> None:
+        import orbax.checkpoint as ocp
+
+        # Copies on the host before returning: the next training call donates (reuses) the buffers.
+        flat, paths = flatten_state(state)
+        policy_flat, policy_paths = flatten_state(policy)
+        flat, policy_flat = jax.tree.map(np.array, host_copy((flat, policy_flat)))
+        meta = dict(meta, step=int(step), paths=paths, policy_paths=policy_paths)
+        quiet = _DropErrors()
+        logging.getLogger("absl").addFilter(quiet)
+        try:
+            self._manager.save(int(step), args=ocp.args.Composite(
+                state=ocp.args.StandardSave(flat), policy=ocp.args.StandardSave(policy_flat), meta=ocp.args.JsonSave(meta)))
+            # Wait for the background write: a failure is reported at this step, not at the next save
+            # (the host copy above is what the training calls overlapped with; writing it takes little more).
+            self._manager.wait_until_finished()
+        except Exception as failure:
+            # the writes still in flight fail too, and asyncio would log each task's error when it is collected
+            logging.getLogger("asyncio").addFilter(_DropErrors())
+            raise CheckpointSaveError(f"the checkpoint at step {step:,d} could not be written to {self.directory}: "
+                                      f"{write_failure(failure)}") from failure
+        finally:
+            logging.getLogger("absl").removeFilter(quiet)
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def drop_after(self, step: int) -> None:
+        """Delete the checkpoints newer than `step`: a --num-seeds run stopped between its agents'
+        saves of one step resumes from the step every agent saved, and saves the newer one again."""
+        for newer in [s for s in self._manager.all_steps() if s > step]:
+            self._manager.delete(newer)
+
+    def restore(self, step: int | None = None) -> Restored:
+        import orbax.checkpoint as ocp
+
+        step = self._manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                                  meta=ocp.args.JsonRestore()))
+        return Restored(step, out.meta, dict(out.state))
+
+    def wait(self) -> None:
+        if self._opened is not None:
+            self._opened.wait_until_finished()
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened.wait_until_finished()
+            self._opened.close()
+
+
+class _ReadOnlyNotices(logging.Filter):
+    """Drops orbax's warnings that a manager is read only: reading is all we mean to do."""
+
+    NOTICES = ("Given directory is read only", "CheckpointManagerOptions.read_only=True")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.NOTICES)
+
+
+def open_read_only(directory: Path) -> Any:
+    """An orbax CheckpointManager that reads `directory` and creates, saves and deletes nothing."""
+    import orbax.checkpoint as ocp
+
+    notice = _ReadOnlyNotices()
+    absl_log = logging.getLogger("absl")  # where orbax's absl.logging writes
+    absl_log.addFilter(notice)
+    try:
+        return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True))
+    finally:
+        absl_log.removeFilter(notice)
+
+
+def seed_run_dir(run_dir: Path, index: int) -> Path:
+    """Agent `index`'s complete run directory inside a --num-seeds run's directory."""
+    return Path(run_dir) / f"seed_{index}"
+
+
+def seed_run_dirs(run_dir: Path) -> list[Path]:
+    """The agents' run directories of a --num-seeds run, in seed order (none for a single run)."""
+    found = [path for path in Path(run_dir).glob("seed_*") if path.name.removeprefix("seed_").isdigit()]
+    return sorted(found, key=lambda path: int(path.name.removeprefix("seed_")))
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps of a run directory's complete checkpoints, oldest first, without creating anything."""
+    directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+    if not directory.is_dir():
+        return []
+    # orbax writes a step into a temporary directory and renames it to the bare step when complete;
+    # listing the names needs no orbax manager, which would start JAX's backend (before a
+    # distributed run's processes have joined, that would leave each of them alone)
+    return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit() and path.is_dir())
+
+
+def latest_step(run_dir: Path) -> int | None:
+    """The newest complete checkpoint's step, without creating anything; for a --num-seeds run, the
+    newest step every agent saved."""
+    agents = seed_run_dirs(run_dir)
+    if agents:
+        common = set.intersection(*(set(saved_steps(path)) for path in agents))
+        return max(common) if common else None
+    steps = saved_steps(run_dir)
+    return steps[-1] if steps else None
+
+
+def agents_out_of_step(run_dir: Path) -> list[str]:
+    """The agents of a --num-seeds run with more than one checkpoint past the newest step all of them
+    saved: trained on by themselves (`--resume RUN_DIR/seed_<k>`), which resuming the whole run would
+    undo. One checkpoint past it is a save the run stopped in the middle of."""
+    common = latest_step(run_dir)
+    if common is None:
+        return []
+    return [path.name for path in seed_run_dirs(run_dir) if len([s for s in saved_steps(path) if s > common]) > 1]
+
+
+def write_policy_info(run_dir: Path, info: dict[str, Any]) -> None:
+    from jaxrl_fast.outputs.metrics import write_json
+
+    directory = Path(run_dir) / CHECKPOINT_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory / POLICY_JSON, info)
+
+
+def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """The deterministic policy of a run's newest (or given) checkpoint: observations -> actions.
+
+    Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
+    env's action space. Needs the run directory only: no environment, trainer or EnvPool pool.
+    Raises CheckpointError for a step that was not saved (listing those that were) and, when
+    called, for observations of another shape (naming the expected one).
+    """
+    import orbax.checkpoint as ocp
+
+    from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, observe
+    from jaxrl_fast.algos import make_algorithm
+    from jaxrl_fast.config.run import config_from_dict, family
+    from jaxrl_fast.types import EnvSpec
+    from jaxrl_fast.ops.normalization import init_moments
+
+    directory = Path(run_dir).resolve() / CHECKPOINT_DIR
+    info_path = directory / POLICY_JSON
+    if not info_path.exists():
+        raise CheckpointError(f"{run_dir} has no {CHECKPOINT_DIR}/{POLICY_JSON}: not a jaxrl_fast run directory with checkpoints")
+    info = json.loads(info_path.read_text())
+    config = config_from_dict(info["train_config"])
+    spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
+    with open_read_only(directory) as manager:
+        saved = sorted(manager.all_steps())
+        if not saved:
+            raise CheckpointError(f"no complete checkpoint in {directory}")
+        step = saved[-1] if step is None else step
+        if step not in saved:
+            raise CheckpointError(f"no checkpoint at step {step} in {directory}; saved steps: {', '.join(map(str, saved))}")
+        out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(),
+                                                            meta=ocp.args.JsonRestore()))
+    algo = make_algorithm(config, spec)
+    if family(config) == "off_policy":
+        shapes = jax.eval_shape(lambda k: algo.acting_params(*algo.init(k)), jax.random.key(0))
+    else:
+        shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
+    template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
+    payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
+    options = EnvOptions(config.normalize_observations, False, 0.99)
+    act = jax.jit(lambda obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs, spec.obs_dtype)  # uint8 frames stay uint8: the encoder scales them
+        check_observation_shape(obs.shape, tuple(spec.obs_shape), spec.env_id)
+        single = obs.shape == tuple(spec.obs_shape)
+        actions = np.asarray(act(obs[None] if single else obs))
+        return actions[0] if single else actions
+
+    policy.step = step  # which checkpoint it came from
+    return policy
+
+
+def check_observation_shape(shape: tuple[int, ...], expected: tuple[int, ...], env_id: str) -> None:
+    """Refuse observations that are neither one `expected`-shaped observation nor a batch of them."""
+    if shape != expected and shape[1:] != expected:
+        raise CheckpointError(f"load_policy: observations of shape {shape}; this policy ({env_id}) takes one "
+                              f"observation of shape {expected} or a batch of shape (N, {', '.join(map(str, expected))})")
