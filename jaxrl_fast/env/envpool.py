@@ -1,18 +1,43 @@
-"""EnvPool backend"""
+"""The EnvPool backend: one place where EnvPool batches meet jitted code.
+
+From an EnvPool id and options this module builds
+
+* an `EnvSpec` (observation and action specs as the learner sees them: float32 vectors, or uint8
+  images that stay uint8 until a network's first layer scales them),
+* `XlaEnv.step(handle, action) -> (handle, Step)`, usable inside `jit` and `lax.scan`, its 64-bit
+  fields crossing in the wire format of `jaxrl_fast.env.wire`.
+
+EnvPool's auto-reset: when a step ends an episode (`terminated | truncated`), the *next* call
+for that env is a reset step. Its action is ignored, it returns the first observation of the new
+episode with reward 0, and it is no transition. `EpisodeState.reset_step` marks such steps so
+that learners can mask them out.
+
+Games and episodes: with Atari's training options (`episodic_life`, `reward_clip`) the learner's
+episode ends at every lost life and its rewards are clipped to their sign, while the score that
+published tables count is the game's own: unclipped, over every life. Each step carries both, the
+learner's `reward`/`terminated` and the game's `score`/`game_over` (EnvPool's `info:reward` and
+`info:terminated`); episode statistics count games. Elsewhere the two are the same.
+"""
 
 from __future__ import annotations
+
 import functools
 import sys
+import warnings
 from typing import Any, Callable, NamedTuple, Sequence
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import ffi
-from jaxrl_fast.env.ids import EnvError, PIXEL_FAMILIES, check_env_id, env_family
+
+from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family
 from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
 from jaxrl_fast.types import EnvSpec, Step
 
+# Gymnasium warns whenever EnvPool's float64 Box bounds are cast to float32: expected, and noise.
+warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 
 
 def check_step(step: Step, spec: EnvSpec) -> None:

@@ -1,12 +1,14 @@
 """Episode bookkeeping inside the jitted loop (and on the host for EnvPool's async mode)."""
 
 from __future__ import annotations
+
 from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxrl_fast.types import Step
 
+from jaxrl_fast.types import Step
 
 
 class EpisodeState(NamedTuple):

@@ -1,11 +1,10 @@
 """EnvPool ids: which exist, their families, which the engine can train on, and their options."""
 
 from __future__ import annotations
+
 import difflib
 import sys
 from typing import Any, Sequence
-
-
 
 # Families whose observations are flat vectors an MLP can take, and those of stacked uint8 frames.
 VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text")

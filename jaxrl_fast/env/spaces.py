@@ -1,11 +1,12 @@
 """Uniform random actions of a spec (off-policy warm-up, and EnvPool measured alone)."""
 
 from __future__ import annotations
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxrl_fast.types import EnvSpec
 
+from jaxrl_fast.types import EnvSpec
 
 
 def random_actions(spec: EnvSpec, key: jax.Array, n: int) -> jax.Array:

@@ -1,13 +1,26 @@
-"""Wire format"""
+"""The wire format: how each EnvPool field crosses the XLA custom call.
+
+The 64-bit hazard: MuJoCo tasks declare float64 observations and actions. EnvPool's own
+`env.xla()` canonicalizes those to float32 when JAX runs in its default 32-bit mode, so XLA hands
+the C++ side buffers of half the size it writes into and the process aborts (`free(): invalid
+size`). We build the XLA calls ourselves from EnvPool's native specs instead: every 64-bit
+field travels as pairs of uint32 words of the same byte size ("wire" format), and is converted
+to or from float32 / int32 with integer arithmetic inside the jitted program. Learners stay in
+float32, nothing leaves XLA, and no buffer can ever be smaller than what EnvPool writes: each
+wire shape is checked against the spec's byte size before the first call.
+
+"""
 
 from __future__ import annotations
+
 from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxrl_fast.env.ids import EnvError
 
+from jaxrl_fast.env.ids import EnvError
 
 
 def _is_wide(dtype: np.dtype) -> bool:

@@ -1,9 +1,9 @@
-"""tmp"""
+"""The networks' hyperparameters, shared by every algorithm's config (no JAX: the command line reads them)."""
 
 from __future__ import annotations
+
 import dataclasses
 from typing import Literal
-
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,15 +1,22 @@
-"""tmp"""
+"""Network factories: each returns a `Network` of pure `init(key) -> params` and `apply(params, obs)`.
+
+Every factory takes the env's spec and a `NetworkConfig` (hidden sizes, activation, an optional
+LayerNorm after each hidden layer, and the encoder of image observations); each algorithm's config
+is one. The heads (policies, values, Q-values) sit on the torsos of `jaxrl_fast.networks.torso`.
+"""
 
 from __future__ import annotations
+
 import math
 from typing import Any, Callable, NamedTuple, Sequence
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jaxrl_fast.types import EnvSpec
+
 from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.networks.torso import MLP, encoded, encoder_name, mlp
-
+from jaxrl_fast.types import EnvSpec
 
 
 class Network(NamedTuple):

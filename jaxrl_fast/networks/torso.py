@@ -1,16 +1,19 @@
-"""tmp"""
+"""The bodies networks share: the MLP, the convolutional image encoders (Nature CNN, IMPALA ResNet)
+and the orthogonal initializer. Image observations (uint8 frames) pass through an encoder, which
+scales them to [0, 1] in its first layer; vector observations go to the MLPs as they are."""
 
 from __future__ import annotations
+
 import math
 from typing import Any, Callable, Sequence
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
 from jaxrl_fast.env.ids import PIXEL_FAMILIES, env_family
-from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.networks.config import NetworkConfig
-
-
+from jaxrl_fast.types import EnvSpec
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": jnp.tanh,
