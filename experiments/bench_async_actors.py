@@ -38,7 +38,7 @@ from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.acting import EnvOptions, init_env_carry
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.config.plan import off_policy_plan
-from jaxrl_fast.engine.schedules.offpolicy import make_pieces
+from jaxrl_fast.engine.offpolicy_steps import make_pieces
 from jaxrl_fast.engine.timing import PhaseClock
 
 RESULTS = Path(__file__).parent / "results"

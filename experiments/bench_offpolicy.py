@@ -48,8 +48,10 @@ from jaxrl_fast.env.envpool import make_xla_env  # noqa: E402
 from jaxrl_fast.engine.placement import resolve_placement  # noqa: E402
 from jaxrl_fast.config.presets import resolve_defaults  # noqa: E402
 from jaxrl_fast.engine.acting import EnvOptions  # noqa: E402
-from jaxrl_fast.config.plan import off_policy_plan
-from jaxrl_fast.engine.schedules.offpolicy import make_off_policy_loop, make_pieces  # noqa: E402
+from jaxrl_fast.config.plan import off_policy_plan  # noqa: E402
+from jaxrl_fast.engine.offpolicy_steps import make_pieces  # noqa: E402
+from jaxrl_fast.engine.schedules.base import EvalRequests  # noqa: E402
+from jaxrl_fast.engine.schedules.offpolicy import fused_loop, host_driven_loop  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ENV = "HalfCheetah-v4"
@@ -64,7 +66,9 @@ def sac_setup(batch: int, placement_name: str, exchange: str = "fresh"):
     algo = make_algorithm(config, env.spec)
     plan = off_policy_plan(hyper, 1)
     placement = resolve_placement(placement_name, env)
-    loop = make_off_policy_loop(algo, env, EnvOptions(False, False, hyper.gamma), plan, placement, exchange, CALL, 0, None)
+    options, requests = EnvOptions(False, False, hyper.gamma), EvalRequests(None, 0)
+    loop = (fused_loop(algo, env, options, plan, placement, CALL, requests) if placement.fused else
+            host_driven_loop(algo, env, options, plan, placement, exchange, requests))
     state = loop.init(jax.random.key(0), env.handle, env.reset())
     state, _ = loop.warmup(state)
     return algo, env, plan, loop, state
@@ -108,9 +112,8 @@ def pendulum_loop(buffer_size: int):
     hyper = dataclasses.replace(config.sac, buffer_size=buffer_size)
     env = make_xla_env("Pendulum-v1", config.num_envs, 1, seed=0)
     plan = off_policy_plan(hyper, config.num_envs)
-    loop = make_off_policy_loop(make_algorithm(dataclasses.replace(config, sac=hyper), env.spec), env,
-                                EnvOptions(False, False, hyper.gamma), plan, resolve_placement("single", env),
-                                "fresh", CALL, 0, None)
+    loop = fused_loop(make_algorithm(dataclasses.replace(config, sac=hyper), env.spec), env, EnvOptions(False, False, hyper.gamma),
+                      plan, resolve_placement("single", env), CALL, EvalRequests(None, 0))
     state, _ = loop.warmup(loop.init(jax.random.key(0), env.handle, env.reset()))
     state, _, _ = loop.run(state, CALL)  # compile
     jax.block_until_ready(state)

@@ -86,6 +86,18 @@ class Rollout(NamedTuple):
     last_obs: jax.Array  # [B, *obs_shape]: the observation after the last step
 
 
+class Batch(NamedTuple):
+    """Sampled n-step transitions, `[batch, ...]`."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array  # sum_k gamma^k r_{t+k} over the (possibly shortened) n steps
+    discount: jax.Array  # gamma^m (1 - terminated): multiplies the bootstrap value
+    next_obs: jax.Array  # the observation m steps later (a truncated episode's final one)
+    # obs and next_obs keep the stored dtype: uint8 frames are scaled by the network's encoder
+    weight: jax.Array  # 1 for transitions, 0 where the sample landed on a reset step
+
+
 class Algorithm(NamedTuple):
     """The bundle of pure functions a schedule drives; built by `make_<algo>(config, spec, ...)`.
 

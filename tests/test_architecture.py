@@ -97,7 +97,7 @@ def example_rollout(spec, algo):
 
 def reported_metrics(name, spec_of_algo):
     """The metric names an algorithm's updates report, read off their shapes (nothing runs)."""
-    from jaxrl_fast.engine.replay import Batch
+    from jaxrl_fast.types import Batch
 
     env_id = "CartPole-v1" if spec_of_algo.actions != "continuous" else "Pendulum-v1"
     spec = probe_spec(env_id)

@@ -16,7 +16,8 @@ from jaxrl_fast.outputs.checkpoint import Checkpointer, NonFiniteError
 from jaxrl_fast.outputs.metrics import MetricsSink, read_metrics
 from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.cli.train import main
-from jaxrl_fast.run.trainer import EVAL_SEED_OFFSET, train
+from jaxrl_fast.config.run import EVAL_SEED_OFFSET
+from jaxrl_fast.run.trainer import train
 
 from test_checkpoint import checkpoint_steps, lines_of, start_cli, wait_for
 

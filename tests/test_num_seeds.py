@@ -14,7 +14,8 @@ from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
 from jaxrl_fast.algos.pqn import PQNConfig, make_pqn
 from jaxrl_fast.outputs.checkpoint import (Checkpointer, NonFiniteError, agent_state, agents_out_of_step,
-    check_finite, join_agents, latest_step, load_policy, seed_run_dir)
+    check_finite, join_agents, latest_step, load_policy)
+from jaxrl_fast.outputs.run_dir import seed_run_dir
 from jaxrl_fast.config.run import config_from_dict
 from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env
 from jaxrl_fast.outputs.metrics import read_metrics
@@ -22,7 +23,8 @@ from jaxrl_fast.engine.placement import resolve
 from jaxrl_fast.config.plan import run_off_policy_plan
 from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.replay import ReplayState, Row, agent_columns
-from jaxrl_fast.engine.schedules.offpolicy import make_off_policy_loop
+from jaxrl_fast.engine.schedules.base import EvalRequests
+from jaxrl_fast.engine.schedules.offpolicy import fused_loop
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
 from jaxrl_fast.cli.train import main
 from jaxrl_fast.run.trainer import train
@@ -152,8 +154,8 @@ def off_policy_loop(num_agents, seed, **sac):
     envs = config.num_envs
     env = make_xla_env("Pendulum-v1", num_agents * envs, 1, agent_env_seeds(seed, num_agents, envs) if num_agents > 1 else seed)
     algo = make_algorithm(config, dataclasses.replace(env.spec, num_envs=envs))
-    loop = make_off_policy_loop(algo, env, env_options(config), run_off_policy_plan(config), resolve(config), "fresh",
-                                iterations_per_call=4, eval_every_iterations=0, on_eval=None, num_agents=num_agents)
+    loop = fused_loop(algo, env, env_options(config), run_off_policy_plan(config), resolve(config), iterations_per_call=4,
+                      requests=EvalRequests(None, 0), num_agents=num_agents)
     state, _ = loop.warmup(loop.init(agent_keys(seed, num_agents), env.handle, env.reset()))
     state, _, _ = loop.run(state, 2)
     return jax.block_until_ready(state), env

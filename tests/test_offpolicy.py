@@ -14,10 +14,11 @@ from jaxrl_fast.env.ids import env_family
 from jaxrl_fast.env.envpool import make_xla_env, probe_spec
 from jaxrl_fast.engine.placement import Placement, PlacementError, resolve_placement
 from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.engine.replay import Batch
+from jaxrl_fast.types import Batch
 from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.config.plan import off_policy_plan
-from jaxrl_fast.engine.schedules.offpolicy import make_off_policy_loop
+from jaxrl_fast.engine.schedules.base import EvalRequests
+from jaxrl_fast.engine.schedules.offpolicy import fused_loop, host_driven_loop
 from jaxrl_fast.run.trainer import train
 
 CPU = jax.devices("cpu")
@@ -91,7 +92,9 @@ def build(algo_name, env_id, placement, exchange="fresh", num_envs=2, seed=0):
     env = make_xla_env(env_id, num_envs, 1, seed)
     algo = make_algorithm(config, env.spec)
     plan = off_policy_plan(hyper, num_envs)
-    loop = make_off_policy_loop(algo, env, EnvOptions(False, False, 0.99), plan, placement, exchange, 4, 0, None)
+    options, requests = EnvOptions(False, False, 0.99), EvalRequests(None, 0)
+    loop = (fused_loop(algo, env, options, plan, placement, 4, requests) if placement.fused else
+            host_driven_loop(algo, env, options, plan, placement, exchange, requests))
     state = loop.init(jax.random.key(seed), env.handle, env.reset())
     state, _ = loop.warmup(state)
     return loop, state, plan
@@ -219,8 +222,8 @@ def test_fused_loop_updates_the_buffer_in_place(algo_name, env_id):
     env = make_xla_env(env_id, 1, 1, 0)
     plan = off_policy_plan(hyper, 1)
     assert (plan.rollout_length, plan.updates_per_iteration, plan.replay_rows) == (1, 1, rows)
-    loop = make_off_policy_loop(make_algorithm(config, env.spec), env, EnvOptions(False, False, 0.99), plan,
-                                resolve_placement("single"), "fresh", 4, 0, None)
+    loop = fused_loop(make_algorithm(config, env.spec), env, EnvOptions(False, False, 0.99), plan, resolve_placement("single"),
+                      4, EvalRequests(None, 0))
     state = loop.init(jax.random.key(0), env.handle, env.reset())
     for program, args in ((loop.run, (state, jnp.int32(4))), (loop.warmup, (state,))):
         hlo = jax.jit(program, donate_argnums=0).lower(*args).compile().as_text()

@@ -87,10 +87,10 @@ def test_uint8_frames_stay_uint8_in_batches():
 def atari_stream(steps: int, num_envs: int = 2):
     """Rows as the engine writes them from EnvPool's Breakout (small frames, episodic life, a short
     time limit), random actions; and which rows begin a new game and which a new life only."""
-    import envpool
+    from jaxrl_fast.env.envpool import make_pool  # registers Atari's ids, whichever test ran first
 
-    pool = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=num_envs, seed=3, episodic_life=True,
-                        max_episode_steps=150, img_height=12, img_width=10)
+    pool = make_pool("Breakout-v5", num_envs, num_threads=1, seed=3, episodic_life=True, max_episode_steps=150,
+                     img_height=12, img_width=10)
     rng = np.random.default_rng(0)
     obs, _ = pool.reset()
     rows, new_game, new_life = [], [], []

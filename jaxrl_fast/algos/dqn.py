@@ -19,7 +19,7 @@ from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.networks.heads import make_discrete_q_network
 from jaxrl_fast.ops.exploration import epsilon_errors, epsilon_greedy, linear_epsilon
 from jaxrl_fast.ops.losses import weighted_mean
-from jaxrl_fast.engine.replay import Batch
+from jaxrl_fast.types import Batch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.networks.heads import Network, make_q_network, make_squashed_gaussian_policy
 from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import polyak, weighted_mean
-from jaxrl_fast.engine.replay import Batch
+from jaxrl_fast.types import Batch
 
 
 @dataclasses.dataclass(frozen=True)

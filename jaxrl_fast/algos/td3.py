@@ -21,7 +21,7 @@ from jaxrl_fast.types import Act, OffPolicyAlgorithm
 from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.networks.heads import make_deterministic_policy, make_q_network
 from jaxrl_fast.ops.losses import polyak, weighted_mean
-from jaxrl_fast.engine.replay import Batch
+from jaxrl_fast.types import Batch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,7 +62,7 @@ from jaxrl_fast.engine.placement import Placement, describe, describe_devices, r
 from jaxrl_fast.config.plan import dispatch_steps, off_policy_plan
 from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.async_mode import AsyncModeActor
-from jaxrl_fast.engine.schedules.offpolicy import make_pieces
+from jaxrl_fast.engine.offpolicy_steps import make_pieces
 from jaxrl_fast.engine.timing import PhaseClock
 
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)

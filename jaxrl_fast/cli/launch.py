@@ -59,7 +59,7 @@ def with_run_dir(train_flags: list[str]) -> list[str]:
     if any(arg.split("=")[0] in ("--run-dir", "--resume") for arg in train_flags):
         return train_flags
     from jaxrl_fast.config.run import TrainConfig
-    from jaxrl_fast.outputs.metrics import default_run_dir
+    from jaxrl_fast.outputs.run_dir import default_run_dir
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--env", default=TrainConfig.env)

@@ -30,6 +30,8 @@ from jaxrl_fast.algos import ALGORITHMS, action_space_error
 from jaxrl_fast.config.run import ALGOS, OFF_POLICY, TrainConfig, algo_config, cli_config
 
 from jaxrl_fast.engine.cluster import Cluster
+from jaxrl_fast.outputs.run_dir import CONFIG_FILE
+from jaxrl_fast.config.run import EVAL_SEED_OFFSET
 
 if TYPE_CHECKING:
     from jaxrl_fast.types import EnvSpec
@@ -43,11 +45,6 @@ DESCRIPTION = ("Train an agent on an EnvPool environment. Defaults come from the
 
 class ConfigError(ValueError):
     pass
-
-
-EVAL_SEED_OFFSET = 10_000  # trainer.EVAL_SEED_OFFSET, repeated so that validation needs no JAX import
-
-
 
 
 def validate(config: TrainConfig) -> None:
@@ -151,7 +148,7 @@ def resume_config(argv: list[str]) -> TrainConfig | None:
         raise ConfigError(f"--resume continues with the run's saved config; only {', '.join(RESUME_FLAGS)} may be "
                           f"given with it, got {' '.join(rest)}")
     run_dir = known.resume
-    saved = run_dir / "config.json"
+    saved = run_dir / CONFIG_FILE
     if not saved.exists():
         raise ConfigError(f"--resume: {run_dir} holds no run (no config.json)")
     data = json.loads(saved.read_text())
@@ -299,7 +296,7 @@ def resumed_shards_error(config: TrainConfig, shards: int) -> str | None:
 
     if config.resume is None:
         return None
-    saved = json.loads((Path(config.resume) / "config.json").read_text())
+    saved = json.loads((Path(config.resume) / CONFIG_FILE).read_text())
     if not saved["train_config"].get("data_parallel"):
         return (f"--resume: {config.resume} was trained by one process without --data-parallel; resume it the same "
                 "way (python -m jaxrl_fast.train --resume RUN_DIR)")
@@ -325,7 +322,7 @@ def check_video(config: TrainConfig) -> None:
 def make_run_dir(config: TrainConfig) -> Path:
     """Create the new run's directory now, so that one the system refuses (/proc/x, a full disk) is a
     one-line error before anything is compiled."""
-    from jaxrl_fast.outputs.metrics import RunDirError, default_run_dir
+    from jaxrl_fast.outputs.run_dir import RunDirError, default_run_dir
 
     run_dir = Path(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     try:
@@ -361,7 +358,7 @@ def check_cluster(config: TrainConfig, joined: Cluster) -> TrainConfig:
 def run_command(argv: Sequence[str] | None, stop: StopRequest) -> int:
     from jaxrl_fast.engine import cluster
     from jaxrl_fast.env.ids import EnvError
-    from jaxrl_fast.outputs.metrics import RunDirError, check_run_dir, default_run_dir
+    from jaxrl_fast.outputs.run_dir import RunDirError, check_run_dir, default_run_dir
     from jaxrl_fast.config.presets import PresetError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -412,7 +409,7 @@ def refusal_after_joining(config: TrainConfig) -> str | None:
 def run_joined(config: TrainConfig, stop: StopRequest, joined: Cluster) -> int:
     """The run, once this process has joined the others of a distributed run (or alone)."""
     from jaxrl_fast.engine.cluster import any_process, is_primary
-    from jaxrl_fast.outputs.metrics import RunDirError, default_run_dir
+    from jaxrl_fast.outputs.run_dir import RunDirError, default_run_dir
 
     refusal = agreed(refusal_after_joining(config), joined)
     if config.resume is None:

@@ -14,9 +14,13 @@ import os
 from typing import Any, NamedTuple
 
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
-from jaxrl_fast.engine.replay import capacity_rows
 
 DEFAULT_DISPATCH_STEPS = 64  # concurrent/async: env steps per host dispatch when --dispatch-steps is 0
+
+
+def capacity_rows(buffer_size: int, num_envs: int) -> int:
+    """Rows needed to hold `buffer_size` transitions of `num_envs` streams."""
+    return max(2, -(-buffer_size // num_envs))
 
 
 class OffPolicyPlan(NamedTuple):
@@ -109,16 +113,6 @@ def warm_iterations(config: TrainConfig) -> int:
 def env_threads(config: TrainConfig) -> int:
     """EnvPool worker threads: --num-threads, or one per env (of every seed's) up to the CPU cores."""
     return config.num_threads or min(config.num_envs * config.num_seeds, os.cpu_count() or 1)
-
-
-def shard_threads(config: TrainConfig, shards: int, local_shards: int) -> int:
-    """EnvPool threads of each pool of a data-parallel run: --num-threads, or the cores this process
-    may use (its CPU affinity, which SLURM sets per task) shared among its pools and the other
-    processes the launcher started on this host."""
-    from jaxrl_fast.engine.cluster import host_processes
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return config.num_threads or max(1, min(config.num_envs // shards, cores // (local_shards * host_processes())))
 
 
 def make_plan(config: TrainConfig, algorithm: Any = None, shards: int = 1) -> Plan:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from jaxrl_fast.algos import ALGORITHMS
 
+EVAL_SEED_OFFSET = 10_000  # evaluation env i of seed s is seeded s + EVAL_SEED_OFFSET + i, apart from the training envs
 ALGOS = tuple(ALGORITHMS)
 OFF_POLICY = tuple(name for name, spec in ALGORITHMS.items() if spec.family == "off_policy")
 AlgoName = Literal[ALGOS]  # type: ignore[valid-type]  (tyro lists the choices)

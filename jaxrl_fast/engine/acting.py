@@ -66,6 +66,16 @@ def observe(options: EnvOptions, moments: RunningMoments, obs: jax.Array) -> jax
     return normalize(moments, obs) if options.normalize_observations else obs
 
 
+def deterministic_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayload, jax.Array], jax.Array]:
+    """The policy evaluation runs and `load_policy` serves: `(payload, obs [B, ...]) -> env actions
+    [B, ...]`, the algorithm's deterministic action on observations normalised as in training."""
+
+    def act(payload: EvalPayload, obs: jax.Array) -> jax.Array:
+        return algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs))
+
+    return act
+
+
 def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax.Array, num_agents: int = 1) -> EnvCarry:
     """The carry at the pool's first observations; with `num_agents` > 1, one per agent (each over
     its slice of the pool's envs, stacked on a leading axis) around the shared handle."""

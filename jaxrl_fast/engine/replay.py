@@ -27,6 +27,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxrl_fast.config.plan import capacity_rows
+from jaxrl_fast.types import Batch
 
 
 class ReplayError(ValueError):
@@ -49,23 +51,6 @@ class ReplayState(NamedTuple):
     rows: Row  # each field [capacity_rows, num_envs, ...]
     count: jax.Array  # int32 []: rows written so far, capped at 2**30 (only `count % rows` and the fill matter)
     head: jax.Array  # int32 []: next row to write
-
-
-class Batch(NamedTuple):
-    """Sampled n-step transitions, `[batch, ...]`."""
-
-    obs: jax.Array
-    action: jax.Array
-    reward: jax.Array  # sum_k gamma^k r_{t+k} over the (possibly shortened) n steps
-    discount: jax.Array  # gamma^m (1 - terminated): multiplies the bootstrap value
-    next_obs: jax.Array  # the observation m steps later (a truncated episode's final one)
-    # obs and next_obs keep the stored dtype: uint8 frames are scaled by the network's encoder
-    weight: jax.Array  # 1 for transitions, 0 where the sample landed on a reset step
-
-
-def capacity_rows(buffer_size: int, num_envs: int) -> int:
-    """Rows needed to hold `buffer_size` transitions of `num_envs` streams."""
-    return max(2, -(-buffer_size // num_envs))
 
 
 def replay_nbytes(buffer_size: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: Any,

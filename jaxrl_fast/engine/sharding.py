@@ -9,21 +9,24 @@ runs the shards' program is `schedules.data_parallel`.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_fast.outputs.checkpoint import is_key
-from jaxrl_fast.config.run import family
+from jaxrl_fast.config.run import TrainConfig, family
 from jaxrl_fast.types import EnvSpec, Step
 from jaxrl_fast.env.envpool import XlaEnv, make_xla_env
+from jaxrl_fast.engine.cluster import host_processes
 
 AXIS = "data"  # the mesh axis the shards are laid along
 
-__all__ = ["AXIS", "ShardedEnv", "global_array", "is_key", "local_shards", "make_sharded_env", "shard_sizes_error"]
+__all__ = ["AXIS", "ShardedEnv", "global_array", "is_key", "local_shards", "make_sharded_env", "shard_sizes_error",
+           "shard_threads"]
 
 
 class ShardedEnv(NamedTuple):
@@ -55,6 +58,11 @@ class ShardedEnv(NamedTuple):
 
     def reset(self) -> jax.Array:
         return self.from_local([pool.reset() for pool in self.pools])
+
+
+def is_key(leaf: Any) -> bool:
+    """A typed PRNG key array (its key data, not the key, is what crosses devices and files)."""
+    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
 def local_shards(where: Any) -> int:
@@ -103,3 +111,11 @@ def global_array(tree: Any, sharding: NamedSharding) -> Any:
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
     return jax.tree.map(leaf, tree)
+
+
+def shard_threads(config: TrainConfig, shards: int, local_shards: int) -> int:
+    """EnvPool threads of each pool of a data-parallel run: --num-threads, or the cores this process
+    may use (its CPU affinity, which SLURM sets per task) shared among its pools and the other
+    processes the launcher started on this host."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return config.num_threads or max(1, min(config.num_envs // shards, cores // (local_shards * host_processes())))

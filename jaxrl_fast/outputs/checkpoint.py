@@ -29,9 +29,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-CHECKPOINT_DIR = "checkpoints"
-POLICY_JSON = "policy.json"
+from jaxrl_fast.outputs.run_dir import CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
+from jaxrl_fast.engine.sharding import is_key
 
 
 class CheckpointError(ValueError):
@@ -78,10 +77,6 @@ class _DropErrors(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno < logging.ERROR
-
-
-def is_key(leaf: Any) -> bool:
-    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
 def flatten_state(tree: Any) -> tuple[dict[str, Any], list[str]]:
@@ -313,17 +308,6 @@ def open_read_only(directory: Path) -> Any:
         absl_log.removeFilter(notice)
 
 
-def seed_run_dir(run_dir: Path, index: int) -> Path:
-    """Agent `index`'s complete run directory inside a --num-seeds run's directory."""
-    return Path(run_dir) / f"seed_{index}"
-
-
-def seed_run_dirs(run_dir: Path) -> list[Path]:
-    """The agents' run directories of a --num-seeds run, in seed order (none for a single run)."""
-    found = [path for path in Path(run_dir).glob("seed_*") if path.name.removeprefix("seed_").isdigit()]
-    return sorted(found, key=lambda path: int(path.name.removeprefix("seed_")))
-
-
 def saved_steps(run_dir: Path) -> list[int]:
     """The steps of a run directory's complete checkpoints, oldest first, without creating anything."""
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
@@ -374,7 +358,7 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     """
     import orbax.checkpoint as ocp
 
-    from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, observe
+    from jaxrl_fast.engine.acting import EvalPayload, deterministic_policy, env_options
     from jaxrl_fast.algos import make_algorithm
     from jaxrl_fast.config.run import config_from_dict, family
     from jaxrl_fast.types import EnvSpec
@@ -403,8 +387,7 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
         shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
     template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
     payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
-    options = EnvOptions(config.normalize_observations, False, 0.99)
-    act = jax.jit(lambda obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
+    act = jax.jit(functools.partial(deterministic_policy(algo, env_options(config)), payload))
 
     def policy(obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs, spec.obs_dtype)  # uint8 frames stay uint8: the encoder scales them

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from jaxrl_fast.outputs.run_dir import CURVE_FILE
+from jaxrl_fast.outputs.run_dir import METRICS_FILE
 
 log = logging.getLogger(__name__)
-
-CURVE_FILE = "learning_curve.png"
 
 
 class CurvePoints(NamedTuple):
@@ -102,7 +102,7 @@ class LearningCurve:
         self.interval_s = interval_s
         self._eval_label = eval_label
         self.path = Path(run_dir) / CURVE_FILE
-        self._metrics = Path(run_dir) / "metrics.jsonl"
+        self._metrics = Path(run_dir) / METRICS_FILE
         self._title = title
         self.failures = 0
         self._asked = threading.Condition()

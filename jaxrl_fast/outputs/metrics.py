@@ -9,7 +9,6 @@ everything it logged.
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
@@ -18,7 +17,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
+from jaxrl_fast.outputs.run_dir import TB_EVENTS
+from jaxrl_fast.outputs.run_dir import METRICS_FILE
 
 
 def process_start_time() -> float:
@@ -34,39 +34,6 @@ def process_start_time() -> float:
 
 
 PROCESS_START = process_start_time()  # wall_s and time_to_target_s count from here
-
-
-class RunDirError(ValueError):
-    pass
-
-
-def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{env_id.replace('/', '_')}__{algo}__{seed}__{stamp}"
-
-
-def check_run_dir(path: Path) -> None:
-    """Raise RunDirError if `path` already holds a run or cannot be created and written."""
-    if (path / "config.json").exists():
-        started = any(p.name.isdigit() for p in [*path.glob("checkpoints/*"), *path.glob("seed_*/checkpoints/*")])
-        raise RunDirError(f"--run-dir: {path} already holds a run (config.json exists); choose another directory, or "
-                          + (f"continue it with --resume {path}" if started else
-                             f"start it over from its saved config with --resume {path} (it has no checkpoint yet)"))
-    if path.exists() and not path.is_dir():
-        raise RunDirError(f"--run-dir: {path} exists and is not a directory")
-    existing = path
-    while not existing.exists():  # the nearest ancestor that exists decides writability
-        existing = existing.parent
-    if not existing.is_dir():
-        raise RunDirError(f"--run-dir: {path} is not writable ({existing} is not a directory)")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirError(f"--run-dir: {path} is not writable (no write permission on {existing})")
-
-
-def create_run_dir(path: Path) -> Path:
-    check_run_dir(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -105,9 +72,6 @@ def truncate_metrics(path: Path, last_step: int) -> int:
     return dropped
 
 
-TB_EVENTS = "events.out.tfevents.*"
-
-
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The lines of `metrics.jsonl` (none when it does not exist)."""
     if not path.exists():
@@ -139,9 +103,9 @@ class MetricsSink:
                     events.unlink()
             self._tb = SummaryWriter(str(run_dir), flush_secs=10)
             if rebuild_tensorboard:
-                for record in read_metrics(run_dir / "metrics.jsonl"):
+                for record in read_metrics(run_dir / METRICS_FILE):
                     self._add_scalars(record)
-        self._fd = os.open(run_dir / "metrics.jsonl", os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(run_dir / METRICS_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         self._end = os.lseek(self._fd, 0, os.SEEK_END)
         self._tail: list[tuple[int, bytes]] = []  # (step, line) of the newest lines, in file order
 

@@ -31,7 +31,6 @@ from jaxrl_fast.engine.phases import CALL_ANNOTATION, HLO_PHASES_FILE, phase_of_
 
 log = logging.getLogger(__name__)
 
-PROFILE_DIR = "profile"
 
 # `%name = type op(...), ..., metadata={op_name="jit(run)/while/body/env/ffi_call" ...}`
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%(\S+)\s*=.*?metadata=\{op_name="([^"]*)"', re.MULTILINE)

@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jaxrl_fast.outputs.run_dir import VIDEO_DIR
 
 log = logging.getLogger(__name__)
 
-VIDEO_DIR = "videos"
 VIDEO_FPS = 30  # EnvPool gives no per-task frame rate; one rate keeps every video playable
 INSTALL_HINT = "pip install 'jaxrl_fast[video]' (or: pip install imageio-ffmpeg)"
 EGL_HINT = ("MuJoCo renders through EGL: install libEGL and an EGL implementation, e.g. "

@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import math
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -28,30 +27,33 @@ import numpy as np
 
 from jaxrl_fast.engine import cluster, compile_cache
 from jaxrl_fast.engine import placement as placements
-from jaxrl_fast.engine.acting import agent_part, env_options, observe
+from jaxrl_fast.engine.acting import agent_part, deterministic_policy, env_options
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.outputs.checkpoint import (CHECKPOINT_DIR, Checkpointer, CheckpointSaveError, NonFiniteError,
-    Restored, StackedRestored, agent_state, check_finite, latest_step, seed_run_dir, write_policy_info)
+from jaxrl_fast.outputs.run_dir import seed_run_dir
+from jaxrl_fast.outputs.checkpoint import (Checkpointer, CheckpointSaveError, NonFiniteError, Restored,
+    StackedRestored, agent_state, check_finite, latest_step, write_policy_info)
 from jaxrl_fast.config.run import TrainConfig, family, run_dict
-from jaxrl_fast.outputs.curves import CURVE_FILE, LearningCurve, evaluation_label
+from jaxrl_fast.outputs.curves import LearningCurve, evaluation_label
 from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.env.envpool import XlaEnv, agent_env_seeds, make_xla_env
 from jaxrl_fast.env.ids import evaluation_options, parse_env_kwargs
 from jaxrl_fast.env.spaces import random_actions_np
 from jaxrl_fast.run.evaluation import EvalResult, Evaluator, VideoPlan
-from jaxrl_fast.outputs.metrics import (PROCESS_START, TB_EVENTS, MetricsSink, ProgressDisplay, create_run_dir,
-    default_run_dir, read_metrics, truncate_metrics, write_json)
-from jaxrl_fast.config.plan import Plan, env_threads, make_plan, planned_calls, run_off_policy_plan, shard_threads
-from jaxrl_fast.outputs.profiler import PROFILE_DIR, CallTracer, profile_window
+from jaxrl_fast.outputs.metrics import (PROCESS_START, MetricsSink, ProgressDisplay, read_metrics, truncate_metrics,
+    write_json)
+from jaxrl_fast.outputs.run_dir import create_run_dir, default_run_dir
+from jaxrl_fast.config.plan import Plan, env_threads, make_plan, planned_calls, run_off_policy_plan
+from jaxrl_fast.engine.sharding import shard_threads
+from jaxrl_fast.outputs.run_dir import PROFILE_DIR
+from jaxrl_fast.outputs.profiler import CallTracer, profile_window
 from jaxrl_fast.engine.schedules import Context, Schedule, make_schedule
 from jaxrl_fast.engine.sharding import AXIS, local_shards, make_sharded_env
 from jaxrl_fast.run.stopping import StopRequest
-from jaxrl_fast.outputs.video import VIDEO_DIR
+from jaxrl_fast.outputs.run_dir import clear_outputs
+from jaxrl_fast.outputs.run_dir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from jaxrl_fast.config.run import EVAL_SEED_OFFSET
 
 log = logging.getLogger(__name__)
-
-EVAL_SEED_OFFSET = 10_000  # evaluation envs are seeded apart from the training envs
-
 
 
 class TargetWatch:
@@ -111,7 +113,7 @@ class Report:
         self.results: dict[int, EvalResult] = {}
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
-                       for line in read_metrics(run_dir / "metrics.jsonl") if "eval_return_mean" in line} if restored else {}
+                       for line in read_metrics(run_dir / METRICS_FILE) if "eval_return_mean" in line} if restored else {}
 
     def evaluation(self, result: EvalResult) -> None:
         """Called where the evaluation ran (the evaluator's thread), never in training."""
@@ -237,7 +239,7 @@ def open_run(config: TrainConfig, resume: bool, step: int | None = None,
         restored = checkpointer.restore(step)
         checkpointer.drop_after(restored.step)
         # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it)
-        truncate_metrics(run_dir / "metrics.jsonl", restored.step)
+        truncate_metrics(run_dir / METRICS_FILE, restored.step)
         return run_dir, checkpointer, restored
     run_dir = create_run_dir(config.run_dir or default_run_dir(config.env, config.algo, config.seed))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
@@ -278,16 +280,6 @@ def stacked(restored: list[Restored | None]) -> Restored | StackedRestored | Non
     return restored[0] if len(restored) == 1 else StackedRestored(restored)
 
 
-RUN_OUTPUTS = ("metrics.jsonl", "summary.json", CURVE_FILE, TB_EVENTS, CHECKPOINT_DIR, VIDEO_DIR, PROFILE_DIR)
-
-
-def clear_outputs(run_dir: Path) -> None:
-    """Remove what a run wrote besides config.json, so that it can start over in its directory."""
-    for pattern in RUN_OUTPUTS:
-        for path in run_dir.glob(pattern):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-
-
 def record_config(run: Run, calibration: Any) -> None:
     """config.json: the resolved configuration once, as `train_config` (the run's fields and its
     algorithm's group: what --resume reads), beside what was resolved from it (threads,
@@ -298,10 +290,10 @@ def record_config(run: Run, calibration: Any) -> None:
     records = [(run.config, run.run_dir)] + ([(seed.config, seed.run_dir) for seed in run.seeds] if len(run.seeds) > 1 else [])
     if run.restored is not None:
         for config, run_dir in records:
-            saved = json.loads((run_dir / "config.json").read_text())
+            saved = json.loads((run_dir / CONFIG_FILE).read_text())
             saved["train_config"] = run_dict(config)  # a longer --total-steps holds for the next resume too
             saved.setdefault("resumed", []).append({"from_step": run.restored.step, "total_steps": config.total_steps})
-            write_json(run_dir / "config.json", saved)
+            write_json(run_dir / CONFIG_FILE, saved)
         return
     plan = dataclasses.asdict(run.plan)
     if family(run.config) == "off_policy":
@@ -322,7 +314,7 @@ def record_config(run: Run, calibration: Any) -> None:
     if len(run.seeds) > 1:
         resolved["seed_run_dirs"] = [str(seed.run_dir) for seed in run.seeds]
     for config, run_dir in records:
-        write_json(run_dir / "config.json", dict(resolved, train_config=run_dict(config), run_dir=str(run_dir)))
+        write_json(run_dir / CONFIG_FILE, dict(resolved, train_config=run_dict(config), run_dir=str(run_dir)))
     for seed in run.seeds:
         write_policy_info(seed.run_dir, {"train_config": run_dict(seed.config), "env_spec": dataclasses.asdict(run.spec)})
 
@@ -353,7 +345,7 @@ def build(config: TrainConfig, resume: bool, joined: cluster.Cluster = cluster.C
     options = env_options(config)
     progress = ProgressDisplay(plan.total_steps, config.progress if primary else "off")
     board = EvalBoard(progress, agents)
-    policy = jax.jit(lambda payload, obs: algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs)))
+    policy = jax.jit(deterministic_policy(algo, options))
     seeds = []
     for seed in opened:
         if not primary:  # process 0 writes the run directory and evaluates
@@ -531,7 +523,7 @@ def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final:
     if report.target.time_s is not None:
         summary["time_to_target_s"] = report.target.time_s
         summary["target_step"] = report.target.step
-    write_json(seed.run_dir / "summary.json", summary)
+    write_json(seed.run_dir / SUMMARY_FILE, summary)
     report.sink.close()
     return summary
 
@@ -561,7 +553,7 @@ def seeds_summary(run: Run, progress: Progress, steps: int, summaries: list[dict
     }
     if progress.error is not None:
         summary["error"] = f"{type(progress.error).__name__}: {progress.error}"
-    write_json(run.run_dir / "summary.json", summary)
+    write_json(run.run_dir / SUMMARY_FILE, summary)
     return summary
 
 

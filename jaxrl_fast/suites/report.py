@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jaxrl_fast.suites.tasks import SUITES, Task
+from jaxrl_fast.outputs.run_dir import METRICS_FILE, SUMMARY_FILE
 
 PROG = "python -m jaxrl_fast.benchmark"
 EVALS_PER_RUN = 20  # evaluations a task's budget is cut into
@@ -75,16 +76,16 @@ def first_reach(evals: list[dict], threshold: float | None) -> dict | None:
 def task_result(task: Task, run_dir: Path, wall_s: float, returncode: int) -> dict:
     """A task's figures from its run directory (the aggregate summary and each seed's evaluations)."""
     from jaxrl_fast.outputs.aggregate import aggregate
-    from jaxrl_fast.outputs.checkpoint import seed_run_dirs
+    from jaxrl_fast.outputs.run_dir import seed_run_dirs
     from jaxrl_fast.outputs.metrics import read_metrics
 
     result = {"task": task.name, "env": task.env, "algo": task.algo, "wall_s": wall_s, "returncode": returncode,
               "threshold": task.threshold, "reference": task.reference._asdict() if task.reference else None}
-    summary_path = run_dir / "summary.json"
+    summary_path = run_dir / SUMMARY_FILE
     if not summary_path.exists():
         return dict(result, error="the run wrote no summary.json")
     summary = json.loads(summary_path.read_text())
-    evals = [[line for line in read_metrics(seed / "metrics.jsonl") if "eval_return_mean" in line]
+    evals = [[line for line in read_metrics(seed / METRICS_FILE) if "eval_return_mean" in line]
              for seed in seed_run_dirs(run_dir)]
     reached = [first_reach(lines, task.threshold) for lines in evals]
     curve = []  # at each evaluation step of any seed: the mean of every seed's latest evaluation, and its interval

@@ -44,7 +44,7 @@ from jaxrl_fast.config.plan import run_off_policy_plan
 from jaxrl_fast.engine.replay import Row, add_many, empty_like
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
-from jaxrl_fast.engine.schedules.offpolicy import checkpointed_fields, make_pieces
+from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, make_pieces
 from jaxrl_fast.engine.timing import PhaseClock
 
 ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i

@@ -26,7 +26,7 @@ from jaxrl_fast.types import Rollout
 from jaxrl_fast.env.episodes import EpisodeStats
 from jaxrl_fast.engine.placement import transfer
 from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, total_episodes
-from jaxrl_fast.engine.schedules.offpolicy import mean_metrics
+from jaxrl_fast.engine.schedules.base import mean_metrics
 from jaxrl_fast.engine.timing import PhaseClock
 
 

@@ -1,0 +1,91 @@
+"""The run directory's layout: the name of each file and folder a run writes, where a run goes by
+default, and the checks before one is created. Every writer of a run's outputs takes its file's
+name from here.
+
+    RUN_DIR/config.json        the resolved configuration (`--resume` reads it back)
+    RUN_DIR/metrics.jsonl      one JSON object per log line
+    RUN_DIR/summary.json       the run's figures at its end
+    RUN_DIR/learning_curve.png evaluation mean and spread against env steps
+    RUN_DIR/events.out.tfevents.*  the same scalars for TensorBoard
+    RUN_DIR/checkpoints/       orbax checkpoints, and policy.json for `load_policy`
+    RUN_DIR/videos/, profile/  with --video-interval, --profile
+    RUN_DIR/seed_<k>/          with --num-seeds: agent k's complete run directory
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+from pathlib import Path
+
+from jaxrl_fast.types import ConfigError
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CURVE_FILE = "learning_curve.png"
+TB_EVENTS = "events.out.tfevents.*"
+CHECKPOINT_DIR = "checkpoints"
+POLICY_JSON = "policy.json"  # inside CHECKPOINT_DIR
+VIDEO_DIR = "videos"
+PROFILE_DIR = "profile"
+# what a run writes besides config.json (a run started over in its directory clears these)
+RUN_OUTPUTS = (METRICS_FILE, SUMMARY_FILE, CURVE_FILE, TB_EVENTS, CHECKPOINT_DIR, VIDEO_DIR, PROFILE_DIR)
+
+
+class RunDirError(ConfigError):
+    """A run directory that cannot be used: it holds a run already, or cannot be created or written."""
+
+
+def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
+    """`runs/<env>__<algo>__<seed>__<time>`, for a run given no --run-dir."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{env_id.replace('/', '_').replace(':', '_')}__{algo}__{seed}__{stamp}"
+
+
+def check_run_dir(path: Path) -> None:
+    """Raise RunDirError if `path` already holds a run or cannot be created and written."""
+    if (path / CONFIG_FILE).exists():
+        started = any(p.name.isdigit() for p in [*path.glob(f"{CHECKPOINT_DIR}/*"), *path.glob(f"seed_*/{CHECKPOINT_DIR}/*")])
+        raise RunDirError(f"--run-dir: {path} already holds a run ({CONFIG_FILE} exists); choose another directory, or "
+                          + (f"continue it with --resume {path}" if started else
+                             f"start it over from its saved config with --resume {path} (it has no checkpoint yet)"))
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--run-dir: {path} exists and is not a directory")
+    existing = path
+    while not existing.exists():  # the nearest ancestor that exists decides writability
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunDirError(f"--run-dir: {path} is not writable ({existing} is not a directory)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"--run-dir: {path} is not writable (no write permission on {existing})")
+
+
+def create_run_dir(path: Path) -> Path:
+    """Create a new run's directory, so that one the system refuses (/proc/x, a full disk) is a
+    one-line error before anything is compiled."""
+    check_run_dir(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"--run-dir: {path} cannot be created ({error.strerror})") from None
+    return path
+
+
+def clear_outputs(run_dir: Path) -> None:
+    """Remove what a run wrote besides config.json, so that it can start over in its directory."""
+    for pattern in RUN_OUTPUTS:
+        for path in run_dir.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def seed_run_dir(run_dir: Path, index: int) -> Path:
+    """Agent `index`'s complete run directory inside a --num-seeds run's directory."""
+    return Path(run_dir) / f"seed_{index}"
+
+
+def seed_run_dirs(run_dir: Path) -> list[Path]:
+    """The agents' run directories of a --num-seeds run, in seed order (none for a single run)."""
+    found = [path for path in Path(run_dir).glob("seed_*") if path.name.removeprefix("seed_").isdigit()]
+    return sorted(found, key=lambda path: int(path.name.removeprefix("seed_")))
