@@ -88,8 +88,11 @@ def reference(setup: dict) -> dict:
     from jaxrl_fast.env.ids import env_family
     from jaxrl_fast.config.presets import resolve_defaults
 
+    from jaxrl_fast.run.resolve import check_inputs, on_devices
+
     config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))
-    result = measure_and_choose(config, 30.0)
+    placement = on_devices(check_inputs(config, run_dir=False), run_dir=False).placement
+    result = measure_and_choose(config, placement, 30.0)
     acting = next(r["rollout_sps"] for r in result.acting if r["num_envs"] == config.num_envs)
     hyper = algo_config(config)
     if setup["algo"] == "ppo":

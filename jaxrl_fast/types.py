@@ -114,7 +114,6 @@ class Algorithm(NamedTuple):
     act_deterministic: Callable[[Any, jax.Array], jax.Array]
     update: Callable[[Any, Rollout, jax.Array], tuple[Any, dict[str, jax.Array]]]
     rollout_length: int  # environment steps per env between updates
-    update_frames_per_iteration: int  # samples consumed by gradient updates per update() call
 
 
 class OffPolicyAlgorithm(NamedTuple):

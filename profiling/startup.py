@@ -55,7 +55,7 @@ def instrument(start: float) -> dict:
 
     from jax import monitoring
 
-    import jaxrl_fast.env as env
+    import jaxrl_fast.env.envpool as env
 
     record: dict = {"compiles": [], "trace_lower_s": 0.0, "pools": []}
     local = threading.local()

@@ -16,7 +16,34 @@ atexit.register(shutil.rmtree, SESSION_COMPILE_CACHE, ignore_errors=True)
 os.environ["JAXRL_FAST_COMPILE_CACHE_DIR"] = SESSION_COMPILE_CACHE
 
 from jaxrl_fast.engine import compile_cache  # noqa: E402  (after the variable it reads)
+from jaxrl_fast.outputs.video import preload_egl  # noqa: E402
 
 compile_cache.enable()
+preload_egl()  # the video tests film MuJoCo in this process: EGL must load before any test loads EnvPool
 
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
+
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ppo_2048_run(tmp_path_factory):
+    """One PPO CartPole-v1 run of 2,048 steps (a log line every 512, its one checkpoint at the end, a
+    final evaluation), trained once for every test that needs a finished run: use `ppo_2048`."""
+    from support import make_config, train
+
+    config = make_config(run_dir=tmp_path_factory.mktemp("shared") / "ppo_2048", progress="off", total_steps=2048,
+                         log_interval=512, eval_interval=0)
+    train(config)
+    return config
+
+
+@pytest.fixture
+def ppo_2048(ppo_2048_run, tmp_path):
+    """The shared run's config, its directory copied into this test's: the test may resume, extend or break it."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(ppo_2048_run.run_dir, run_dir)
+    return dataclasses.replace(ppo_2048_run, run_dir=run_dir)

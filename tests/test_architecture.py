@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from jaxrl_fast.algos import ALGORITHMS, ReplayConfig
+from jaxrl_fast.algos import ALGORITHMS, ReplayConfig, RolloutConfig
 from jaxrl_fast.env.envpool import probe_spec
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_fast"
@@ -64,20 +64,100 @@ def test_functions_and_classes_stay_small():
 
 
 def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, at its top or inside a function (`from jaxrl_fast.x import y`
+    counts `jaxrl_fast.x.y` when that is a module)."""
     modules = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
             modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names
+                           if module_path(f"{node.module}.{alias.name}") is not None)
         elif isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
     return modules
 
 
-def test_checkpoints_and_the_trainer_know_no_schedule_internals():
-    assert not {m for m in imported_modules(PACKAGE / "outputs" / "checkpoint.py") if m.startswith("jaxrl_fast.engine.schedules")}
-    # the trainer takes the table's entry point and the interface, nothing from a schedule's module
-    assert {m for m in imported_modules(PACKAGE / "run" / "trainer.py") if m.startswith("jaxrl_fast.engine.schedules")} == {
-        "jaxrl_fast.engine.schedules"}
+def module_path(name: str) -> Path | None:
+    if not name.startswith("jaxrl_fast"):
+        return None
+    base = PACKAGE.parent / name.replace(".", "/")
+    return next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.exists()), None)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+# The layers of the house, from the ground up: a module imports from its own layer or below, never
+# above (docs/contributing.md draws them). An algorithm's declaration (its config) sits below the
+# configuration that gathers them; its learner above the networks it builds.
+LAYERS = [
+    ("contracts", ["jaxrl_fast.types"]),
+    ("declarations", ["jaxrl_fast.networks.config", "jaxrl_fast.algos", "jaxrl_fast.algos.base",
+                      "jaxrl_fast.algos.*.config", "jaxrl_fast.algos.*"]),
+    ("configuration", ["jaxrl_fast.config"]),
+    ("environments", ["jaxrl_fast.env"]),
+    ("maths", ["jaxrl_fast.ops"]),
+    ("networks", ["jaxrl_fast.networks"]),
+    ("algorithms", ["jaxrl_fast.algos.common", "jaxrl_fast.algos.twin_critic", "jaxrl_fast.algos.*.losses",
+                    "jaxrl_fast.algos.*.learner"]),
+    ("engine", ["jaxrl_fast.engine"]),
+    ("outputs", ["jaxrl_fast.outputs"]),
+    ("calibration", ["jaxrl_fast.calibration"]),
+    ("run", ["jaxrl_fast.run"]),
+    ("suites", ["jaxrl_fast.suites"]),
+    ("commands", ["jaxrl_fast.cli"]),
+    ("entry points", ["jaxrl_fast", "jaxrl_fast.train", "jaxrl_fast.launch", "jaxrl_fast.calibrate",
+                      "jaxrl_fast.benchmark"]),
+]
+
+
+def layer_of(name: str) -> int:
+    """The layer of the most specific pattern that names the module (or a package above it)."""
+    import fnmatch
+
+    best, depth = None, (-1,)
+    for index, (_, patterns) in enumerate(LAYERS):
+        for pattern in patterns:
+            if fnmatch.fnmatch(name, pattern) or name.startswith(pattern + "."):
+                # more named parts win, a whole match over a package prefix, a name over a wildcard
+                specific = (len([part for part in pattern.split(".") if part != "*"]), fnmatch.fnmatch(name, pattern),
+                            "*" not in pattern)
+                if specific > depth:
+                    best, depth = index, specific
+    assert best is not None, name
+    return best
+
+
+def test_every_import_points_down_the_layers():
+    upward = []
+    for path in SOURCES:
+        importer = module_name(path)
+        for imported in imported_modules(path):
+            if module_path(imported) is not None and layer_of(imported) > layer_of(importer):
+                upward.append(f"{importer} ({LAYERS[layer_of(importer)][0]}) imports {imported} "
+                              f"({LAYERS[layer_of(imported)][0]})")
+    assert upward == []
+
+
+def test_the_run_and_checkpoints_know_no_schedule_internals():
+    """They take the schedule table's entry point and the interface, nothing from a schedule's module."""
+    for path in [PACKAGE / "outputs" / "checkpoint.py", *sorted((PACKAGE / "run").glob("*.py"))]:
+        internals = {m for m in imported_modules(path) if m.startswith("jaxrl_fast.engine.schedules.")}
+        assert internals == set(), path.name
+
+
+def test_configuration_imports_no_jax_and_the_package_nothing_heavy():
+    """Parsing, presets, checks and the plan run without JAX (a fast `--help`, checks before any
+    compile); `import jaxrl_fast` loads neither JAX nor EnvPool nor EGL (videos load it when they film)."""
+    code = ("import json, sys; import jaxrl_fast.config.checks, jaxrl_fast.config.overrides, jaxrl_fast.config.plan, "
+            "jaxrl_fast.config.presets; config = [m for m in sys.modules if m.split('.')[0] in ('jax', 'flax', 'optax', "
+            "'envpool', 'chex')]; import jaxrl_fast; print(json.dumps([config, 'EGL' in open('/proc/self/maps').read()]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    heavy, egl = json.loads(proc.stdout)
+    assert heavy == [] and not egl
 
 
 def example_rollout(spec, algo):
@@ -101,7 +181,7 @@ def reported_metrics(name, spec_of_algo):
 
     env_id = "CartPole-v1" if spec_of_algo.actions != "continuous" else "Pendulum-v1"
     spec = probe_spec(env_id)
-    algo = spec_of_algo.make(spec_of_algo.config(), spec, 10_000)
+    algo = spec_of_algo.build(spec_of_algo.config(), spec, 10_000)
     key = jax.random.key(0)
     if spec_of_algo.family == "on_policy":
         state, rollout = example_rollout(spec, algo)
@@ -125,26 +205,27 @@ def test_each_algorithm_declares_what_the_engine_reads(name):
     if spec.family == "off_policy":
         assert issubclass(spec.config, ReplayConfig)
     else:
-        assert "num_steps" in {f.name for f in dataclasses.fields(spec.config)}
+        assert issubclass(spec.config, RolloutConfig)
     assert set(spec.metrics) == reported_metrics(name, spec)
 
 
 @pytest.mark.slow
-def test_a_new_algorithm_is_one_file(tmp_path):
-    """A copy of the package with one more module in algos/ trains it from the CLI, flags and all."""
+def test_a_new_algorithm_is_one_folder(tmp_path):
+    """A copy of the package with one more folder in algos/ trains it from the CLI, flags and all."""
     package = tmp_path / "jaxrl_fast"
     shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(PACKAGE.parent / "envs", package / "envs", ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "algos" / "ppo_small.py").write_text(
-        '"""PPO with a smaller default network, under its own name."""\n'
+    (package / "algos" / "ppo_small").mkdir()
+    (package / "algos" / "ppo_small" / "__init__.py").write_text('"""PPO with a smaller default network, under its own name."""\n')
+    (package / "algos" / "ppo_small" / "config.py").write_text(
         "import dataclasses\n\n"
         "from jaxrl_fast.algos.base import AlgorithmSpec\n"
-        "from jaxrl_fast.algos.ppo import METRICS, PPOConfig, make_ppo, validate\n\n\n"
+        "from jaxrl_fast.algos.ppo.config import METRICS, PPOConfig, validate\n\n\n"
         "@dataclasses.dataclass(frozen=True)\n"
         "class SmallPPOConfig(PPOConfig):\n"
         "    hidden_sizes: tuple[int, ...] = (16,)\n\n\n"
-        "ALGORITHM = AlgorithmSpec(name='ppo_small', family='on_policy', config=SmallPPOConfig, make=make_ppo,\n"
-        "                          actions='any', metrics=METRICS,\n"
+        "ALGORITHM = AlgorithmSpec(name='ppo_small', family='on_policy', config=SmallPPOConfig,\n"
+        "                          make='jaxrl_fast.algos.ppo.learner:make_ppo', actions='any', metrics=METRICS,\n"
         "                          validate=lambda hyper, config: validate(hyper, config))\n")
     run_dir = tmp_path / "run"
     proc = subprocess.run(

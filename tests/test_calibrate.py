@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import os
 import subprocess
@@ -11,8 +10,9 @@ from jaxrl_fast.calibration.measure import Measurement
 from jaxrl_fast.calibration.choose import (best_threads, choose_off_policy, choose_on_policy, per_step_seconds,
     with_inference)
 from jaxrl_fast.config.run import algo_config
-from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.cli.train import main, validate
+from jaxrl_fast.cli.train import main
+from jaxrl_fast.config.checks import validate
+from support import make_config, resolved
 
 
 @pytest.fixture
@@ -23,8 +23,8 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, tmp_path, capsys):
-    config = resolve_defaults("CartPole-v1", "ppo", "classic_control")
-    result = calibration.calibrate(config, budget_s=12.0)
+    config = make_config("CartPole-v1", "ppo")
+    result = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
     assert result.elapsed_s <= 12.0 * 1.25  # the budget is planned from measured costs; one step may overrun a little
     assert result.envpool and result.acting and result.learning and result.candidates
     choice = result.choice
@@ -35,7 +35,7 @@ def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, 
     assert applied.ppo.num_steps == config.ppo.num_steps and applied.ppo.num_minibatches == config.ppo.num_minibatches
     assert len(list(cache.glob("*.json"))) == 1
 
-    again = calibration.calibrate(config, budget_s=12.0)
+    again = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
     assert again.cached and again.choice == choice
 
     # `train --calibrate` reuses the cached measurement and records the choice in config.json
@@ -50,8 +50,8 @@ def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, 
 
 @pytest.mark.slow
 def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
-    config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), schedule="async", num_envs=8)
-    result = calibration.calibrate(config, budget_s=15.0)
+    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8)
+    result = calibration.calibrate(config, resolved(config).placement, budget_s=15.0)
     assert result.elapsed_s <= 15.0 * 1.25
     choice = result.choice
     hyper = algo_config(config)
@@ -71,9 +71,9 @@ def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
 
 @pytest.mark.slow
 def test_recalibrate_measures_again(cache):
-    config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), num_envs=4)
-    first = calibration.calibrate(config, budget_s=6.0)
-    second = calibration.calibrate(config, budget_s=6.0, recalibrate=True)
+    config = make_config("CartPole-v1", "ppo", num_envs=4)
+    first = calibration.calibrate(config, resolved(config).placement, budget_s=6.0)
+    second = calibration.calibrate(config, resolved(config).placement, budget_s=6.0, recalibrate=True)
     assert not first.cached and not second.cached
 
 
@@ -169,12 +169,12 @@ def test_essential_measurements_are_taken_even_with_an_exhausted_budget():
 
 
 def test_the_plans_state_the_presets_sizes_as_essential():
-    ppo = resolve_defaults("CartPole-v1", "ppo", "classic_control")
+    ppo = make_config("CartPole-v1", "ppo")
     plan = calibration.on_policy_plan(ppo, {4: 1, ppo.num_envs: 2, 16: 2})
     assert {(m.kind, m.args.get("num_envs")) for m in plan if m.essential} == {("acting", ppo.num_envs),
                                                                                ("update", ppo.num_envs)}
     assert plan[0].args["num_envs"] == ppo.num_envs  # measured first
-    sac = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), schedule="async", num_envs=8)
+    sac = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8)
     plan = calibration.off_policy_plan_of_measurements(sac, {4: 1, 8: 1, 16: 2}, devices=["d0", "d1"])
     batch = algo_config(sac).batch_size
     essential = [(m.kind, m.args.get("num_envs", m.args.get("batch_size"))) for m in plan if m.essential]

@@ -1,49 +1,16 @@
 import dataclasses
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
 import jaxrl_fast
-from jaxrl_fast.outputs.checkpoint import Checkpointer, NonFiniteError, check_finite, flatten_state
-from jaxrl_fast.env.envpool import make_xla_env
-from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.cli.train import main
-from jaxrl_fast.run.trainer import build_schedule, train
-
-
-def start_cli(*args):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.Popen([sys.executable, "-m", "jaxrl_fast.train", "--progress", "plain", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-
-
-def lines_of(run_dir):
-    lines = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written
-            pass
-    return lines
-
-
-def checkpoint_steps(run_dir):
-    directory = run_dir / "checkpoints"
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.exists() else []
-
-
-def wait_for(predicate, proc, timeout=300.0):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.05)
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.outputs.checkpoint import Checkpointer, NonFiniteError, check_finite, flatten_state
+from jaxrl_fast.run.build import build_schedule
+from support import checkpoint_steps, lines_of, make_config, resolved, start_cli, train, train_again, wait_for
 
 
 @pytest.mark.slow
@@ -126,16 +93,15 @@ def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_pat
 )
 @pytest.mark.slow
 def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, env_id, changes):
-    base = resolve_defaults(env_id, algo, "classic_control")
     if algo == "sac":
-        changes = dict(changes, sac=dataclasses.replace(base.sac, learning_starts=300))
-    config = dataclasses.replace(base, run_dir=tmp_path / "run", progress="off", eval_interval=0, log_interval=256,
-                                 **changes)
+        changes = dict(changes, sac={"learning_starts": 300})
+    config = make_config(env_id, algo, run_dir=tmp_path / "run", progress="off", eval_interval=0, log_interval=256,
+                         **changes)
     train(config)
     restored = Checkpointer(config.run_dir, 1).restore()
 
     env = make_xla_env(config.env, config.num_envs, 1, config.seed + 1)  # new envs: simulators are not saved
-    schedule = build_schedule(config, env)
+    schedule = build_schedule(resolved(config), env)
     schedule.start(restored)
     state = schedule.snapshot().state
     flat, paths = flatten_state(state)
@@ -146,17 +112,15 @@ def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, en
         np.testing.assert_array_equal(np.asarray(flat[name]), np.asarray(saved), err_msg=paths[int(name)])
 
 
-def test_a_non_finite_update_stops_the_run_naming_it_and_keeps_the_last_good_checkpoint(tmp_path):
-    config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), run_dir=tmp_path / "run",
-                                 progress="off", total_steps=2048, log_interval=512, eval_interval=0)
-    train(config)
+def test_a_non_finite_update_stops_the_run_naming_it_and_keeps_the_last_good_checkpoint(ppo_2048):
+    config = ppo_2048
     good = checkpoint_steps(config.run_dir)
     assert good == [2048]
     # The same run resumed with a learning rate that overflows float32 on its first update
     broken = dataclasses.replace(config, total_steps=4096, resume=config.run_dir,
                                  ppo=dataclasses.replace(config.ppo, learning_rate=1e38))
     with pytest.raises(NonFiniteError, match=r"(train/\S+ became|parameter .* became non-finite) .*at step 2560"):
-        train(broken, resume=True)
+        train_again(broken)
     assert checkpoint_steps(config.run_dir) == good
     summary = json.loads((config.run_dir / "summary.json").read_text())
     assert "NonFiniteError" in summary["error"]

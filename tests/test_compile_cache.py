@@ -11,7 +11,7 @@ import pytest
 
 from jaxrl_fast.engine import compile_cache
 from jaxrl_fast.config.run import TrainConfig, run_dict
-from jaxrl_fast.cli.train import resume_config
+from jaxrl_fast.cli.train import parse_args
 
 # Trains through the CLI's main() and prints JAX's compilation-cache event counts as JSON.
 DRIVER = """
@@ -68,8 +68,8 @@ def test_an_unwritable_directory_is_reported_not_raised(tmp_path):
 
 def test_resume_takes_the_cache_setting_from_its_own_command_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"train_config": run_dict(TrainConfig(run_dir=tmp_path))}))
-    assert resume_config(["--resume", str(tmp_path)]).compile_cache
-    assert not resume_config(["--resume", str(tmp_path), "--no-compile-cache"]).compile_cache
+    assert parse_args(["--resume", str(tmp_path)]).compile_cache
+    assert not parse_args(["--resume", str(tmp_path), "--no-compile-cache"]).compile_cache
 
 
 @pytest.mark.slow

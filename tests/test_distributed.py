@@ -18,7 +18,7 @@ from jaxrl_fast.engine.cluster import Cluster, ClusterError, split_flags
 from jaxrl_fast.cli.launch import Launcher, worker_environment, with_run_dir
 from jaxrl_fast.outputs.metrics import read_metrics
 from jaxrl_fast.cli.train import parse_args
-from jaxrl_fast.run.trainer import train
+from support import train
 
 
 def wait_for(predicate, timeout):

@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import threading
 
@@ -8,8 +7,7 @@ from jaxrl_fast.run import evaluation
 from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.env.spaces import random_actions_np
 from jaxrl_fast.run.evaluation import Evaluator, epsilon_greedy
-from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 
 def constant_policy(payload, obs):
@@ -101,14 +99,7 @@ def test_training_survives_an_evaluator_that_always_raises(tmp_path, monkeypatch
         raise RuntimeError("evaluation exploded")
 
     monkeypatch.setattr(evaluation, "run_episodes", broken)
-    config = dataclasses.replace(
-        resolve_defaults("CartPole-v1", "ppo", "classic_control"),
-        total_steps=8192,
-        eval_interval=1024,
-        log_interval=2048,
-        run_dir=tmp_path / "run",
-        progress="off",
-    )
+    config = make_config("CartPole-v1", "ppo", total_steps=8192, eval_interval=1024, log_interval=2048, run_dir=tmp_path / "run", progress="off")
     summary = train(config)
     assert summary["steps"] == 8192 and summary["final_eval_return_mean"] is None
     assert summary["eval_failures"] >= 2  # in-loop ones and the final one

@@ -9,25 +9,26 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrl_fast
 from jaxrl_fast.engine.acting import EnvOptions, agent_keys, agent_part, env_options
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
-from jaxrl_fast.algos.pqn import PQNConfig, make_pqn
+from jaxrl_fast.algos.ppo.config import PPOConfig
+from jaxrl_fast.algos.ppo.learner import make_ppo
+from jaxrl_fast.algos.pqn.config import PQNConfig
+from jaxrl_fast.algos.pqn.learner import make_pqn
 from jaxrl_fast.outputs.checkpoint import (Checkpointer, NonFiniteError, agent_state, agents_out_of_step,
     check_finite, join_agents, latest_step, load_policy)
 from jaxrl_fast.outputs.run_dir import seed_run_dir
-from jaxrl_fast.config.run import config_from_dict
 from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env
 from jaxrl_fast.outputs.metrics import read_metrics
 from jaxrl_fast.engine.placement import resolve
 from jaxrl_fast.config.plan import run_off_policy_plan
-from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.replay import ReplayState, Row, agent_columns
 from jaxrl_fast.engine.schedules.base import EvalRequests
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
 from jaxrl_fast.cli.train import main
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 SEED, AGENTS, ENVS = 3, 2, 4
 LAST = AGENTS - 1  # the agent compared with its single run: neither its envs nor its key come first
@@ -148,8 +149,7 @@ def test_a_run_stopped_between_agents_saves_resumes_from_the_step_every_agent_sa
 
 
 def off_policy_loop(num_agents, seed, **sac):
-    config = dataclasses.replace(resolve_defaults("Pendulum-v1", "sac", "classic_control"), seed=seed,
-                                 num_seeds=num_agents, total_steps=4_000)
+    config = make_config("Pendulum-v1", "sac", seed=seed, num_seeds=num_agents, total_steps=4_000)
     config = dataclasses.replace(config, sac=dataclasses.replace(config.sac, **sac))
     envs = config.num_envs
     env = make_xla_env("Pendulum-v1", num_agents * envs, 1, agent_env_seeds(seed, num_agents, envs) if num_agents > 1 else seed)
@@ -174,9 +174,8 @@ def test_off_policy_agents_share_one_buffer_and_each_learns_as_its_single_run(sa
 
 
 def ppo_config(run_dir, **changes):
-    config = resolve_defaults("CartPole-v1", "ppo", "classic_control")
-    return dataclasses.replace(config, total_steps=4_096, eval_interval=2_048, log_interval=1_024, run_dir=run_dir,
-                               progress="off", checkpoint_interval=2_048, **changes)
+    return make_config(total_steps=4_096, eval_interval=2_048, log_interval=1_024, run_dir=run_dir, progress="off",
+                       checkpoint_interval=2_048, **changes)
 
 
 @pytest.mark.slow
@@ -207,9 +206,7 @@ def test_num_seeds_run_writes_a_single_run_directory_per_seed_equal_to_that_seed
     assert final["per_seed"] == summary["final_eval_return_mean"] and len(final["per_seed"]) == AGENTS
     assert final["iqm_ci95"][0] <= final["iqm"] <= final["iqm_ci95"][1]
     # --resume RUN_DIR continues every agent from its checkpoint
-    resumed = dataclasses.replace(config_from_dict(json.loads((root / "config.json").read_text())["train_config"]),
-                                  total_steps=6_144, run_dir=root, resume=root)
-    summary = train(resumed, resume=True)
+    summary = jaxrl_fast.train(resume=root, total_steps=6_144).summary
     assert summary["steps"] == 6_144 and latest_step(root) == 6_144
     assert [json.loads((root / f"seed_{k}" / "summary.json").read_text())["steps"] for k in range(AGENTS)] == [6_144] * 2
 

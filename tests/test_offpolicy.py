@@ -1,4 +1,3 @@
-import dataclasses
 import math
 import re
 
@@ -10,72 +9,15 @@ import pytest
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.config.run import TrainConfig
-from jaxrl_fast.env.ids import env_family
 from jaxrl_fast.env.envpool import make_xla_env, probe_spec
 from jaxrl_fast.engine.placement import Placement, PlacementError, resolve_placement
-from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.types import Batch
 from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.config.plan import off_policy_plan
 from jaxrl_fast.engine.schedules.base import EvalRequests
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop, host_driven_loop
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 CPU = jax.devices("cpu")
-
-
-def constant_output(params, value):
-    """Zero every kernel and bias, then set the last layer's bias: the network outputs `value`."""
-    params = jax.tree.map(jnp.zeros_like, params)
-    inner = params["params"]
-    last = sorted(k for k in inner if k.startswith("Dense"))[-1]
-    inner[last]["bias"] = jnp.full_like(inner[last]["bias"], 1.0) * jnp.asarray(value)[..., None]
-    return params
-
-
-def pendulum_batch():
-    return Batch(
-        obs=jnp.ones((3, 3)),
-        action=jnp.zeros((3, 1)),
-        reward=jnp.array([1.0, -2.0, 1000.0]),
-        discount=jnp.array([0.99, 0.0, 0.99]),
-        next_obs=jnp.ones((3, 3)),
-        weight=jnp.array([1.0, 1.0, 0.0]),  # the third sample landed on a reset step
-    )
-
-
-def test_sac_losses_match_hand_computed_values():
-    config = TrainConfig(algo="sac", env="Pendulum-v1")
-    algo = make_algorithm(config, probe_spec("Pendulum-v1"))
-    actor, critic = jax.jit(algo.init)(jax.random.key(0))
-    # online critics output 0.5 and 0.7, target critics 2.0 and 3.0; temperature 0 (log alpha = -inf)
-    critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
-                             target_q=constant_output(critic.target_q, jnp.array([2.0, 3.0])))
-    exchange = algo.actor_exchange(actor)._replace(log_alpha=jnp.asarray(-jnp.inf))
-    _, metrics = jax.jit(algo.update_critic)(critic, exchange, pendulum_batch(), jax.random.key(1))
-    # targets: y = r + discount * min(2, 3) = [1 + 0.99 * 2, -2] ; the reset-step sample is left out
-    y = np.array([2.98, -2.0])
-    expected = np.mean((0.5 - y) ** 2) + np.mean((0.7 - y) ** 2)
-    np.testing.assert_allclose(metrics["train/critic_loss"], expected, rtol=1e-6)
-    # actor loss with alpha = exp(0) = 1: mean(log pi - min(Q)) -> min(Q) = 0.5 everywhere
-    actor = actor._replace(log_alpha=jnp.zeros(()))
-    new_actor, metrics = jax.jit(algo.update_actor)(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
-    entropy = float(metrics["train/entropy"])
-    np.testing.assert_allclose(metrics["train/actor_loss"], -entropy - 0.5, rtol=1e-5)
-    assert float(metrics["train/alpha"]) != 1.0  # the temperature moved
-
-
-def test_td3_losses_match_hand_computed_values():
-    config = TrainConfig(algo="td3", env="Pendulum-v1")
-    algo = make_algorithm(config, probe_spec("Pendulum-v1"))
-    actor, critic = jax.jit(algo.init)(jax.random.key(0))
-    critic = critic._replace(q=constant_output(critic.q, jnp.array([0.5, 0.7])),
-                             target_q=constant_output(critic.target_q, jnp.array([4.0, 3.0])))
-    _, metrics = jax.jit(algo.update_critic)(critic, algo.actor_exchange(actor), pendulum_batch(), jax.random.key(1))
-    y = np.array([1 + 0.99 * 3.0, -2.0])  # min of the smoothed-target twins: 3
-    np.testing.assert_allclose(metrics["train/critic_loss"], np.mean((0.5 - y) ** 2) + np.mean((0.7 - y) ** 2), rtol=1e-6)
-    _, metrics = jax.jit(algo.update_actor)(actor, critic.q, pendulum_batch().obs, pendulum_batch().weight, jax.random.key(2))
-    np.testing.assert_allclose(metrics["train/actor_loss"], -0.5, rtol=1e-6)  # -Q1
 
 
 def test_wrong_action_space_is_refused():
@@ -86,9 +28,8 @@ def test_wrong_action_space_is_refused():
 
 
 def build(algo_name, env_id, placement, exchange="fresh", num_envs=2, seed=0):
-    config = resolve_defaults(env_id, algo_name, env_family(env_id))
-    hyper = dataclasses.replace(getattr(config, algo_name), learning_starts=64, batch_size=32)
-    config = dataclasses.replace(config, num_envs=num_envs, **{algo_name: hyper})
+    config = make_config(env_id, algo_name, num_envs=num_envs, **{algo_name: dict(learning_starts=64, batch_size=32)})
+    hyper = getattr(config, algo_name)
     env = make_xla_env(env_id, num_envs, 1, seed)
     algo = make_algorithm(config, env.spec)
     plan = off_policy_plan(hyper, num_envs)
@@ -165,10 +106,7 @@ def test_sac_and_td3_reach_minus_200_on_pendulum(tmp_path, algo_name, budget):
     0-15 reached -200 by 4,256 steps with SAC (mean 3,444, standard deviation 655) and by 8,000 with
     TD3 (mean 7,000, deviation 516; `experiments/learning_margins.py`, cases sac_pendulum and
     td3_pendulum): each budget is at least twice the slowest seed's, and 10 deviations beyond the mean."""
-    config = dataclasses.replace(
-        resolve_defaults("Pendulum-v1", algo_name, "classic_control"),
-        total_steps=budget, target_return=-200.0, run_dir=tmp_path / "run", progress="off", placement="single",
-    )
+    config = make_config("Pendulum-v1", algo_name, total_steps=budget, target_return=-200.0, run_dir=tmp_path / "run", progress="off", placement="single")
     summary = train(config)
     assert summary.get("target_step") is not None and summary["target_step"] <= budget
 
@@ -182,11 +120,7 @@ def test_dqn_reaches_475_on_cartpole(tmp_path):
     `experiments/learning_margins.py`, case dqn_cartpole): the budget lies 6 deviations beyond the
     mean. (A longer one would stretch the exploration schedule, a fraction of it.) Their final evaluations are no statistic to test: 9 of the
     16 had fallen below 475 again by 100,000 steps."""
-    config = dataclasses.replace(
-        resolve_defaults("CartPole-v1", "dqn", "classic_control"),
-        total_steps=100_000, target_return=475.0, eval_interval=5_000, log_interval=5_000,
-        run_dir=tmp_path / "run", progress="off", placement="single",
-    )
+    config = make_config("CartPole-v1", "dqn", total_steps=100_000, target_return=475.0, eval_interval=5_000, log_interval=5_000, run_dir=tmp_path / "run", progress="off", placement="single")
     summary = train(config)
     assert summary.get("target_step") is not None and summary["target_step"] <= 100_000
 
@@ -215,10 +149,9 @@ def test_hlo_copy_parser_counts_elements():
 def test_fused_loop_updates_the_buffer_in_place(algo_name, env_id):
     """One env, one update per step: the compiled fused loop copies no buffer-sized array."""
     rows = 200_000
-    config = resolve_defaults(env_id, algo_name, env_family(env_id))
-    hyper = dataclasses.replace(getattr(config, algo_name), buffer_size=rows, utd_ratio=1.0, learning_starts=64,
-                                batch_size=32)
-    config = dataclasses.replace(config, num_envs=1, **{algo_name: hyper})
+    config = make_config(env_id, algo_name, num_envs=1, **{algo_name: dict(buffer_size=rows, utd_ratio=1.0, learning_starts=64,
+                                                                            batch_size=32)})
+    hyper = getattr(config, algo_name)
     env = make_xla_env(env_id, 1, 1, 0)
     plan = off_policy_plan(hyper, 1)
     assert (plan.rollout_length, plan.updates_per_iteration, plan.replay_rows) == (1, 1, rows)

@@ -13,7 +13,9 @@ from jaxrl_fast.env.envpool import make_pool, probe_spec
 from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.networks.heads import make_discrete_q_network, make_policy_network, make_q_network, make_value_network
 from jaxrl_fast.networks.torso import patches_conv
-from jaxrl_fast.cli.train import ConfigError, parse_args
+from jaxrl_fast import ConfigError
+from jaxrl_fast.cli.train import parse_args
+from jaxrl_fast.run.resolve import check_inputs
 
 
 @pytest.mark.parametrize("size, channels, out, kernel, stride, padding", [
@@ -119,7 +121,7 @@ def test_atari_presets_and_their_overrides():
 ])
 def test_pixel_runs_refuse_what_cannot_take_images(argv, message):
     with pytest.raises(ConfigError, match=message):
-        parse_args(argv)
+        check_inputs(parse_args(argv), run_dir=False)
 
 
 def training_lines(run_dir):

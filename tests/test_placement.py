@@ -1,27 +1,25 @@
 """Every schedule's placement on two XLA CPU devices: what `placement.resolve` decides, and where the
 schedule then keeps each piece of state."""
 
-import dataclasses
 
 import jax
 import pytest
 
 from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.env.envpool import make_xla_env
-from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.schedules import (OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven,
     OnPolicyConcurrent, OnPolicySync, schedule_class)
 from jaxrl_fast.engine.schedules.asynchronous import AsyncSchedule
-from jaxrl_fast.run.trainer import build_schedule
+from jaxrl_fast.run.build import build_schedule
+from support import make_config, resolved
 
 CPU = jax.devices("cpu")
 
 
 def config_for(algo, env_id, **changes):
-    base = resolve_defaults(env_id, algo, "classic_control")
     if algo != "ppo":  # a short warm-up and a small buffer: these tests look at devices, not learning
-        changes.setdefault(algo, dataclasses.replace(getattr(base, algo), learning_starts=64, buffer_size=4096))
-    return dataclasses.replace(base, total_steps=4096, eval_interval=0, log_interval=256, **changes)
+        changes.setdefault(algo, dict(learning_starts=64, buffer_size=4096))
+    return make_config(env_id, algo, total_steps=4096, eval_interval=0, log_interval=256, **changes)
 
 
 def devices_of(tree):
@@ -62,7 +60,7 @@ def test_state_lives_where_placement_says_after_start_and_an_iteration(case):
     algo, env_id, changes, cls, acting, actor, critic, learner = case
     config = config_for(algo, env_id, **changes)
     env = make_xla_env(config.env, config.num_envs, 1, config.seed)
-    schedule = build_schedule(config, env)
+    schedule = build_schedule(resolved(config), env)
     try:
         schedule.start(None)
         schedule.run(1)

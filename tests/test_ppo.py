@@ -1,4 +1,3 @@
-import dataclasses
 
 import chex
 import jax
@@ -7,13 +6,14 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.engine.acting import EnvOptions
-from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
+from jaxrl_fast.algos.ppo.config import PPOConfig
+from jaxrl_fast.algos.ppo.learner import make_ppo
 from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.types import Rollout, Transition
 from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 
 @pytest.mark.slow
@@ -25,8 +25,7 @@ def test_ppo_learns_cartpole(tmp_path):
     case ppo_cartpole) every agent reached 475 by 30k of the 100k steps and ended at 500, but 17 of
     the 398 evaluations after an agent first reached 475 fell below it: one agent ends below 475 with
     a chance of about 4%, two of three with about 0.5%."""
-    config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), seed=0, num_seeds=3,
-                                 run_dir=tmp_path / "run", progress="off")
+    config = make_config("CartPole-v1", "ppo", seed=0, num_seeds=3, run_dir=tmp_path / "run", progress="off")
     summary = train(config)
     assert summary["steps"] >= 99_000
     finals = summary["final_eval_return_mean"]
@@ -36,14 +35,7 @@ def test_ppo_learns_cartpole(tmp_path):
 
 @pytest.mark.slow
 def test_target_return_stops_at_first_evaluation_that_reaches_it(tmp_path):
-    config = dataclasses.replace(
-        resolve_defaults("CartPole-v1", "ppo", "classic_control"),
-        run_dir=tmp_path / "run",
-        progress="off",
-        target_return=150.0,
-        log_interval=2048,
-        eval_interval=2048,
-    )
+    config = make_config("CartPole-v1", "ppo", run_dir=tmp_path / "run", progress="off", target_return=150.0, log_interval=2048, eval_interval=2048)
     summary = train(config)
     assert summary["time_to_target_s"] > 0
     assert summary["steps"] < config.total_steps  # stopped early

@@ -1,7 +1,6 @@
 """PQN: learning on CartPole-v1, its exploration clock, its targets' use of EnvPool's reset steps,
 and the preset's per-algorithm run sizes."""
 
-import dataclasses
 
 import chex
 import jax
@@ -11,12 +10,13 @@ import pytest
 
 from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.algos import action_space_error
-from jaxrl_fast.algos.pqn import PQNConfig, epsilon_at, make_pqn
+from jaxrl_fast.algos.pqn.config import PQNConfig
+from jaxrl_fast.algos.pqn.learner import epsilon_at, make_pqn
 from jaxrl_fast.types import Rollout, Transition
 from jaxrl_fast.env.envpool import make_xla_env, probe_spec
 from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 
 @pytest.mark.slow
@@ -27,8 +27,7 @@ def test_pqn_reaches_475_on_cartpole_within_its_preset_budget(tmp_path):
     0-15 of the preset reached 475 by 69,632 steps, on average by 35,072 (standard deviation 16,141;
     `experiments/learning_margins.py`, case pqn_cartpole); the budget, 200,000 steps, is 2.9 times
     the slowest and 10 deviations beyond the mean."""
-    config = dataclasses.replace(resolve_defaults("CartPole-v1", "pqn", "classic_control"), seed=0,
-                                 target_return=475.0, eval_interval=2_500, run_dir=tmp_path / "run", progress="off")
+    config = make_config("CartPole-v1", "pqn", seed=0, target_return=475.0, eval_interval=2_500, run_dir=tmp_path / "run", progress="off")
     summary = train(config)
     assert summary["target_step"] is not None, summary
     assert summary["target_step"] <= config.total_steps

@@ -10,7 +10,7 @@ import pytest
 from jaxrl_fast.engine.phases import phase_of_op_name
 from jaxrl_fast.outputs.profiler import hlo_phase_map, instruction_phases
 from jaxrl_fast.cli.train import main, parse_args
-from jaxrl_fast.config.plan import planned_calls
+from support import resolved
 
 SCRIPT = Path(__file__).resolve().parents[1] / "profiling" / "summarize_trace.py"
 
@@ -45,7 +45,7 @@ def test_ppo_profile_writes_a_trace_that_summarizes_per_phase(tmp_path, capsys):
     assert (window["first_call"], window["calls"], window["first_step"], window["last_step"]) == (1, 2, 1024, 3072)
     assert "error" not in window and Path(window["trace"]).exists()
     train_lines = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"sps"' in line]
-    assert len(train_lines) == planned_calls(parse_args(argv)) == 4  # what the window was validated against
+    assert len(train_lines) == resolved(parse_args(argv)).plan.calls == 4  # what the window was validated against
 
     seconds = summarize_trace.summarize(run_dir)  # reads the session's xplane.pb, the complete record
     assert seconds["env"] > 0 and seconds["inference"] > 0 and seconds["update"] > 0
@@ -151,7 +151,7 @@ def test_the_default_window_traces_what_fits_in_a_short_run(tmp_path):
 
 
 def test_profile_window_rules():
-    from jaxrl_fast.outputs.profiler import ProfileWindow, WindowError, profile_window
+    from jaxrl_fast.config.plan import ProfileWindow, WindowError, profile_window
 
     assert profile_window(None, None, 10) == ProfileWindow(1, 3)
     assert profile_window(None, None, 2) == ProfileWindow(1, 1)

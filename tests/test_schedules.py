@@ -1,11 +1,9 @@
-import dataclasses
 import json
 
 import pytest
 
 from jaxrl_fast.config.run import OFF_POLICY
-from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 RATE_FIELDS = ("wall_s", "sps", "update_frames_per_s")
 
@@ -27,15 +25,12 @@ def metric_lines(run_dir):
 )
 @pytest.mark.slow
 def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_path, algo, env_id, extra):
-    family = "classic_control"
-    base = resolve_defaults(env_id, algo, family)
     if algo in OFF_POLICY:
-        hyper = dataclasses.replace(getattr(base, algo), learning_starts=400)
-        extra = dict(extra, **{algo: hyper})
+        extra = dict(extra, **{algo: dict(learning_starts=400)})
     runs = []
     for name in ("a", "b"):
-        config = dataclasses.replace(base, schedule="concurrent", eval_interval=0, run_dir=tmp_path / name,
-                                     progress="off", **extra)
+        config = make_config(env_id, algo, schedule="concurrent", eval_interval=0, run_dir=tmp_path / name,
+                             progress="off", **extra)
         train(config)
         runs.append(metric_lines(tmp_path / name))
     (first, raw), (second, _) = runs
@@ -54,15 +49,13 @@ def test_concurrent_ppo_still_learns_cartpole(tmp_path):
     0-15 reached 475 by 29,952 of the 100,000 steps (`experiments/learning_margins.py`, case
     ppo_concurrent_cartpole). Their final evaluations are no statistic to test: 2 of the 16 ended
     below 475 (137.8 and 470.1)."""
-    config = dataclasses.replace(resolve_defaults("CartPole-v1", "ppo", "classic_control"), schedule="concurrent",
-                                 target_return=475.0, run_dir=tmp_path / "run", progress="off")
+    config = make_config("CartPole-v1", "ppo", schedule="concurrent", target_return=475.0, run_dir=tmp_path / "run", progress="off")
     summary = train(config)
     assert summary["target_step"] is not None and summary["target_step"] <= config.total_steps
 
 
 def async_config(tmp_path, **changes):
-    base = resolve_defaults("Pendulum-v1", "sac", "classic_control")
-    return dataclasses.replace(base, schedule="async", run_dir=tmp_path / "run", progress="off", **changes)
+    return make_config("Pendulum-v1", "sac", schedule="async", run_dir=tmp_path / "run", progress="off", **changes)
 
 
 @pytest.mark.parametrize("actors", [

@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.algos.ppo import PPOConfig, make_ppo
+from jaxrl_fast.algos.ppo.config import PPOConfig
+from jaxrl_fast.algos.ppo.learner import make_ppo
 from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.types import Rollout, Transition
 from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.ops import distributions as dist
-from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.run.trainer import train
+from support import make_config, train
 
 FEATURES = jnp.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])  # [B=2, F=3]
 LOG_STD = jnp.log(jnp.array([[1.0], [0.5], [2.0]]))  # [F=3, A=1]
@@ -113,9 +113,7 @@ def test_ppo_with_sde_climbs_mountain_car_continuous(tmp_path):
     preset's 20,000 steps (on average by 7,759, standard deviation 4,472): one agent misses with a
     chance of about 4%, two of three with about 0.5%. The final evaluation is no statistic to test:
     18 of the 48 ended below 90 (the flag is reached, then often lost)."""
-    config = dataclasses.replace(resolve_defaults("MountainCarContinuous-v0", "ppo", "classic_control"),
-                                 seed=0, num_seeds=3, total_steps=30_000, target_return=90.0,
-                                 run_dir=tmp_path / "run", progress="off")
+    config = make_config("MountainCarContinuous-v0", "ppo", seed=0, num_seeds=3, total_steps=30_000, target_return=90.0, run_dir=tmp_path / "run", progress="off")
     assert config.ppo.use_sde
     summary = train(config)
     reached = [step for step in summary["target_step"] if step is not None]

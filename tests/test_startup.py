@@ -14,7 +14,7 @@ def fresh(code):
 
 
 def test_the_cli_modules_leave_checkpointing_plotting_and_other_env_families_unimported():
-    loaded = fresh("import json, sys; import jaxrl_fast.cli.train, jaxrl_fast.run.trainer; "
+    loaded = fresh("import json, sys; import jaxrl_fast.cli.train, jaxrl_fast.run.loop, jaxrl_fast.run.api; "
                    "from jaxrl_fast.env.envpool import probe_spec; probe_spec('CartPole-v1'); print(json.dumps(sorted(sys.modules)))")
     for heavy in ("orbax", "matplotlib", "tensorboardX", "envpool.jumanji", "envpool.mujoco", "envpool.atari"):
         assert not [name for name in loaded if name == heavy or name.startswith(heavy + ".")], heavy

@@ -1,7 +1,8 @@
-"""Algorithms by registry: every module here that declares `ALGORITHM = AlgorithmSpec(...)` is one.
+"""Algorithms by registry: every folder here whose `config.py` declares `ALGORITHM = AlgorithmSpec(...)` is one.
 
 Nothing else in the engine names an algorithm: `--algo`, the `--<name>.*` flag groups, presets,
-validation and the choice of schedule are read from `ALGORITHMS`.
+validation and the choice of schedule are read from `ALGORITHMS`. Reading the registry imports
+each algorithm's config and nothing heavier; `make_algorithm` imports the learner it builds.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import importlib
 import pkgutil
 from typing import Any
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig
+from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, RolloutConfig
 from jaxrl_fast.types import EnvSpec
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "ReplayConfig", "action_space_error", "algorithm_spec", "make_algorithm"]
+__all__ = ["ALGORITHMS", "AlgorithmSpec", "ReplayConfig", "RolloutConfig", "action_space_error", "algorithm_spec",
+           "make_algorithm"]
 
 FIRST = "ppo"  # listed first (the default); the others follow in name order
 
@@ -21,11 +23,13 @@ FIRST = "ppo"  # listed first (the default); the others follow in name order
 def _discover() -> dict[str, AlgorithmSpec]:
     found: dict[str, AlgorithmSpec] = {}
     for module_info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        if not module_info.ispkg:
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}.config")
         spec = getattr(module, "ALGORITHM", None)
         if isinstance(spec, AlgorithmSpec):
             if spec.name in found:
-                raise RuntimeError(f"two algorithm modules declare the name {spec.name!r}")
+                raise RuntimeError(f"two algorithm folders declare the name {spec.name!r}")
             found[spec.name] = spec
     return dict(sorted(found.items(), key=lambda item: (item[0] != FIRST, item[0])))
 
@@ -55,6 +59,4 @@ def make_algorithm(config: Any, spec: EnvSpec, shards: int = 1, axis_name: str |
     error = action_space_error(config.algo, spec)
     if error is not None:
         raise ValueError(error)
-    if axis_name is None:
-        return algorithm.make(getattr(config, config.algo), spec, config.total_steps)
-    return algorithm.make(getattr(config, config.algo), spec, config.total_steps // shards, axis_name=axis_name)
+    return algorithm.build(getattr(config, config.algo), spec, config.total_steps // shards, axis_name)

@@ -1,34 +1,53 @@
-"""What every algorithm module declares, and the configuration its family shares.
+"""What every algorithm declares, and the configuration its family shares (no JAX: the command line
+reads these to build `--help` and to validate before anything is compiled).
 
-An algorithm is one module in `jaxrl_fast/algos/` that ends with
+An algorithm is one folder `jaxrl_fast/algos/<name>/` whose `config.py` ends with
 
-    ALGORITHM = AlgorithmSpec(name=..., family=..., config=..., make=..., actions=..., metrics=...)
+    ALGORITHM = AlgorithmSpec(name=..., family=..., config=..., make="jaxrl_fast.algos.<name>.learner:make_<name>",
+                              actions=..., metrics=..., validate=...)
 
 The package finds it there (`jaxrl_fast.algos.ALGORITHMS`); `--algo NAME`, the `--NAME.*` flags,
-presets, validation and the trainer's choice of schedule all come from that declaration.
+presets, validation and the trainer's choice of schedule all come from that declaration. The
+learner module it names (imported only when a run builds it) holds the pure functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any, Callable, Literal
 
-import optax
-from jax import lax
-from jax.flatten_util import ravel_pytree
-
-from jaxrl_fast.types import Act
-from jaxrl_fast.types import EnvSpec
-from jaxrl_fast.env.spaces import random_actions
 from jaxrl_fast.networks.config import NetworkConfig
+from jaxrl_fast.types import EnvSpec
 
 Family = Literal["on_policy", "off_policy"]
 Actions = Literal["discrete", "continuous", "any"]
 
 
 @dataclasses.dataclass(frozen=True)
+class RolloutConfig(NetworkConfig):
+    """The rollout and update sizes of the on-policy family (PPO, PQN): a rollout of `num_steps` per
+    env, consumed by `update_epochs` passes of `num_minibatches` minibatch steps."""
+
+    learning_rate: float = 3e-4
+    """Optimizer step size."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    num_steps: int = 128
+    """Rollout length per environment per iteration; a batch is num_envs x num_steps samples."""
+    num_minibatches: int = 4
+    """Minibatches per epoch; must divide num_envs x num_steps."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    gamma: float = 0.99
+    """Discount factor."""
+    max_grad_norm: float = 0.5
+    """Gradient-norm clipping."""
+
+
+@dataclasses.dataclass(frozen=True)
 class ReplayConfig(NetworkConfig):
-    """The replay and update sizes of the off-policy family."""
+    """The replay and update sizes of the off-policy family (SAC, TD3, DQN)."""
 
     buffer_size: int = 1_000_000
     """Replay capacity in transitions."""
@@ -49,12 +68,12 @@ class AlgorithmSpec:
     """An algorithm as the engine sees it.
 
     name: the `--algo` value and the name of its flag group (`--NAME.*`).
-    family: "on_policy" (an `Algorithm` bundle; its config has `num_steps`, the rollout length per
-      env per iteration) or "off_policy" (an `OffPolicyAlgorithm` bundle; its config is a `ReplayConfig`).
+    family: "on_policy" (an `Algorithm` bundle; its config is a `RolloutConfig`) or "off_policy"
+      (an `OffPolicyAlgorithm` bundle; its config is a `ReplayConfig`).
     config: its frozen config dataclass.
-    make(hyper, spec, total_steps, axis_name=None): the bundle of pure functions (see
-      `jaxrl_fast.types`); with `axis_name` its optimizers average gradients over that data-parallel
-      axis (`mean_over_shards`), and `spec` and `total_steps` are one shard's.
+    make: "module:function" of its constructor, `make(hyper, spec, total_steps, axis_name=None)` ->
+      the bundle of pure functions (`jaxrl_fast.types`); with `axis_name` its optimizers average
+      gradients over that data-parallel axis, and `spec` and `total_steps` are one shard's.
     actions: the action spaces it can act in.
     metrics: the `train/...` names its updates report.
     validate(hyper, config): messages for values that cannot work, each naming its flag.
@@ -63,10 +82,16 @@ class AlgorithmSpec:
     name: str
     family: Family
     config: type
-    make: Callable[[Any, EnvSpec, int], Any]
+    make: str
     actions: Actions
     metrics: tuple[str, ...]
     validate: Callable[[Any, Any], list[str]] = lambda hyper, config: []
+
+    def build(self, hyper: Any, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Any:
+        """The bundle of pure functions (imports the learner module, and with it JAX)."""
+        module, _, function = self.make.partition(":")
+        make = getattr(importlib.import_module(module), function)
+        return make(hyper, spec, total_steps) if axis_name is None else make(hyper, spec, total_steps, axis_name=axis_name)
 
     def fits(self, spec: EnvSpec) -> bool:
         """Whether this algorithm can act in `spec`'s action space."""
@@ -81,41 +106,13 @@ class AlgorithmSpec:
         return f"--algo {self.name}: {spec.env_id} has {kind} actions; {self.name} needs {needs} actions{alternatives}"
 
 
-def random_act(spec: EnvSpec) -> Callable[[Any, Any], Act]:
-    """The off-policy warm-up policy: uniform random actions, `random_act(obs [B, ...], key) -> Act`."""
-
-    def act(obs: Any, key: Any) -> Act:
-        action = random_actions(spec, key, obs.shape[0])
-        return Act(action, action, ())
-
-    return act
-
-
-def shard_mean(grads: Any, axis_name: str | None) -> Any:
-    """Gradients averaged over the data-parallel shards of `axis_name` (inside `shard_map`; None:
-    as they are), in one all-reduce: each costs a round trip between processes, whatever its size."""
-    if axis_name is None:
-        return grads
-    flat, unflatten = ravel_pytree(grads)
-    return unflatten(lax.pmean(flat, axis_name))
-
-
-def mean_over_shards(optimizer: optax.GradientTransformation, axis_name: str | None) -> optax.GradientTransformation:
-    """`optimizer` on gradients averaged over the data-parallel shards (`shard_mean`). Every shard
-    then applies one update to its copy of the parameters, so the copies stay equal."""
-    if axis_name is None:
-        return optimizer
-    return optax.GradientTransformation(
-        optimizer.init, lambda grads, state, params=None: optimizer.update(shard_mean(grads, axis_name), state, params))
-
-
 def positive_sizes(flag: str, sizes: tuple[int, ...]) -> list[str]:
     if any(size <= 0 for size in sizes):  # none at all is a linear head (over an image encoder's features)
         return [f"{flag}.hidden-sizes must be positive sizes, got {sizes}"]
     return []
 
 
-def validate_rollout(name: str, hyper: Any, config: Any) -> list[str]:
+def validate_rollout(name: str, hyper: RolloutConfig, config: Any) -> list[str]:
     """The checks every rollout learner (PPO, PQN) makes of its sizes: `num_steps`, `update_epochs`,
     `num_minibatches` dividing the batch, the batch fitting in the run, `gamma` and the learning rate."""
     flag = f"--{name}"
@@ -130,6 +127,7 @@ def validate_rollout(name: str, hyper: Any, config: Any) -> list[str]:
         (batch <= config.total_steps, f"--total-steps {config.total_steps} is smaller than one batch ({batch} samples)"),
         (0.0 < hyper.gamma <= 1.0, f"{flag}.gamma must be in (0, 1], got {hyper.gamma}"),
         (hyper.learning_rate > 0, f"{flag}.learning-rate must be positive, got {hyper.learning_rate}"),
+        (hyper.max_grad_norm > 0, f"{flag}.max-grad-norm must be positive, got {hyper.max_grad_norm}"),
     ]
     return [message for ok, message in checks if not ok] + positive_sizes(flag, hyper.hidden_sizes)
 
@@ -159,3 +157,16 @@ def validate_replay(name: str, hyper: ReplayConfig, config: Any) -> list[str]:
          "observations and rewards in its replay buffer"),
     ]
     return [message for ok, message in checks if not ok] + positive_sizes(flag, hyper.hidden_sizes)
+
+
+def epsilon_errors(flag: str, start: float, end: float) -> list[str]:
+    """The check both Q-learners (DQN, PQN) make of their exploration rates."""
+    if 0.0 <= end <= 1.0 and 0.0 <= start <= 1.0:
+        return []
+    return [f"{flag}.start-epsilon and {flag}.end-epsilon must be in [0, 1], got {start} and {end}"]
+
+
+def rate_errors(name: str, hyper: Any, fields: tuple[str, ...]) -> list[str]:
+    """`--<name>.<field>` must be positive, for each of `fields` (step sizes, temperatures)."""
+    return [f"--{name}.{field.replace('_', '-')} must be positive, got {getattr(hyper, field)}"
+            for field in fields if not getattr(hyper, field) > 0]

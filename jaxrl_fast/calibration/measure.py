@@ -4,7 +4,7 @@
     python -m jaxrl_fast.train --env HalfCheetah-v4 --algo sac --calibrate
 
 Measuring and choosing are separate. This module measures: each measuring function times one
-kind of program on the device `jaxrl_fast.engine.placement.resolve` gives it and returns plain rows:
+kind of program on the device the run's placement gives it and returns plain rows:
   * `envpool`: EnvPool alone (its Python API, random actions), steps/s over a grid of `num_envs`
     (those the algorithm's `validate` accepts), thread counts and, in EnvPool's async mode, env
     batch sizes (`batch_size < num_envs`);
@@ -50,7 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect
-from jaxrl_fast.algos import ALGORITHMS, make_algorithm
+from jaxrl_fast.algos import make_algorithm
+from jaxrl_fast.config.checks import config_errors
 from jaxrl_fast.calibration.choose import (Row, best_threads,
     choose_off_policy, choose_on_policy, with_inference)
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
@@ -58,7 +59,7 @@ from jaxrl_fast.types import Rollout, Transition
 from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.env.envpool import XlaEnv, make_pool, make_xla_env
 from jaxrl_fast.env.spaces import random_actions_np
-from jaxrl_fast.engine.placement import Placement, describe, describe_devices, resolve
+from jaxrl_fast.engine.placement import Placement, describe, describe_devices
 from jaxrl_fast.config.plan import dispatch_steps, off_policy_plan
 from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.async_mode import AsyncModeActor
@@ -226,11 +227,11 @@ def thread_grid(num_envs: int) -> list[int]:
 
 
 def env_sizes(config: TrainConfig) -> list[int]:
-    """num_envs to try: powers of two up to max(64, 4x the preset's) and the preset's own, each one
-    the algorithm's `validate` accepts (PPO: the minibatches must split num_envs x num_steps)."""
-    algorithm = ALGORITHMS[config.algo]
+    """num_envs to try: powers of two up to max(64, 4x the preset's) and the preset's own, each one a
+    run accepts with the other flags as given (PPO: the minibatches must split num_envs x num_steps),
+    so that any size it picks needs no check again."""
     grid = sorted({n for n in ENV_GRID if n <= max(64, 4 * config.num_envs)} | {config.num_envs})
-    valid = [n for n in grid if not algorithm.validate(algo_config(config), dataclasses.replace(config, num_envs=n))]
+    valid = [n for n in grid if not config_errors(dataclasses.replace(config, num_envs=n))]
     return valid or [config.num_envs]
 
 
@@ -319,14 +320,13 @@ class Setup(NamedTuple):
     opened: list  # XLA envs, closed when the pass ends: after every program that steps them has run
 
 
-def make_setup(config: TrainConfig) -> Setup:
+def make_setup(config: TrainConfig, placement: Placement) -> Setup:
     probe = make_xla_env(config.env, 1, 1, config.seed)
     algo = sized_algorithm(config, probe.spec, config.num_envs if family(config) == "on_policy" else 1)
     # zeros shaped like the initial state: programs cost the same whatever the numbers, and
     # compiling the initializers (orthogonal: a QR per layer) costs seconds of the budget
     state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(algo.init, jax.random.key(0)))
-    return Setup(config, probe.spec, resolve(config, probe.has_gpu_step), env_options(config), algo, state, probe,
-                 [probe])
+    return Setup(config, probe.spec, placement, env_options(config), algo, state, probe, [probe])
 
 
 def sized_algorithm(config: TrainConfig, spec: EnvSpec, num_envs: int) -> Any:
@@ -391,7 +391,7 @@ def measure_on_policy_update(setup: Setup, num_envs: int) -> list[Row]:
     program = jax.jit(algo.update)
     seconds, _ = timed_calls(lambda s: program(s, batch, jax.random.key(2))[0], state, max_calls=10)
     return [dict(num_envs=num_envs, size=f"batch {length * num_envs}", device=describe(device), update_s=seconds,
-                 update_frames_per_s=algo.update_frames_per_iteration / seconds)]
+                 update_frames_per_s=algo_config(setup.config).update_epochs * length * num_envs / seconds)]
 
 
 def measure_off_policy_acting(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
@@ -468,9 +468,10 @@ def measuring_functions(setup: Setup) -> dict[str, Callable[..., list[Row]]]:
 
 
 # -- the pass ----------------------------------------------------------------------------------
-def calibrate(config: TrainConfig, budget_s: float = 30.0, recalibrate: bool = False,
+def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0, recalibrate: bool = False,
               log=print) -> Calibration:
-    """Measure (or load from the cache) and choose; see the module docstring."""
+    """Measure (or load from the cache) and choose, on the devices of the run's `placement`; see the
+    module docstring."""
     path = cache_dir() / f"{cache_key(config)}.json"
     if path.exists() and not recalibrate:
         try:
@@ -479,7 +480,7 @@ def calibrate(config: TrainConfig, budget_s: float = 30.0, recalibrate: bool = F
             return cached
         except (TypeError, ValueError):
             pass  # an unreadable or older cache entry: measure again
-    result = measure_and_choose(config, budget_s)
+    result = measure_and_choose(config, placement, budget_s)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -490,10 +491,10 @@ def calibrate(config: TrainConfig, budget_s: float = 30.0, recalibrate: bool = F
     return result
 
 
-def measure(config: TrainConfig, budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
+def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
     """Every row of the pass: EnvPool first (it picks each num_envs' thread count), then the plan of
     the algorithm's family."""
-    setup = make_setup(config)
+    setup = make_setup(config, placement)
     try:
         measures = measuring_functions(setup)
         rows, skipped = run_measurements(envpool_plan(config, env_sizes(config)), measures, budget)
@@ -508,9 +509,9 @@ def measure(config: TrainConfig, budget: Budget) -> tuple[dict[str, list[Row]], 
     return {kind: rows[kind] + more[kind] for kind in measures}, skipped + more_skipped
 
 
-def measure_and_choose(config: TrainConfig, budget_s: float) -> Calibration:
+def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: float) -> Calibration:
     budget = Budget(budget_s)
-    rows, skipped = measure(config, budget)
+    rows, skipped = measure(config, placement, budget)
     hyper = algo_config(config)
     acting = with_inference(rows["acting"] + rows.get("async_mode", []), rows["envpool"])
     try:

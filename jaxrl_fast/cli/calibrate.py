@@ -1,23 +1,21 @@
 """`python -m jaxrl_fast.calibrate`: measure this machine for one env and algorithm, print the
-table and the sizes it picks, and cache the result (what `--calibrate` then reuses)."""
+table and the sizes it picks, and cache the result (what `--calibrate` then reuses). It resolves
+the run `python -m jaxrl_fast.train --calibrate` would (same checks, same placement) without
+making a run directory or training."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from typing import Sequence
 
 from jaxrl_fast.algos import ALGORITHMS
-from jaxrl_fast.calibration.measure import cache_dir, calibrate
 from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.types import ConfigError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    from jaxrl_fast.env.ids import EnvError, check_env_id
-    from jaxrl_fast.config.presets import resolve_defaults
-
     parser = argparse.ArgumentParser(prog="python -m jaxrl_fast.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default=TrainConfig.env)
     parser.add_argument("--algo", default=TrainConfig.algo, choices=list(ALGORITHMS))
@@ -25,21 +23,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=30.0, help="time budget of the measurements (seconds)")
     parser.add_argument("--recalibrate", action="store_true", help="measure again even when a cached result exists")
     args = parser.parse_args(argv)
+    from jaxrl_fast.calibration.measure import cache_dir
+    from jaxrl_fast.run.api import preset_config
+    from jaxrl_fast.run.resolve import check_inputs, on_devices
+
     try:
-        family = check_env_id(args.env)
-    except EnvError as error:
+        config = dataclasses.replace(preset_config(args.env, args.algo), schedule=args.schedule, calibrate=True,
+                                     recalibrate=args.recalibrate, calibration_budget_s=args.budget_s)
+        if args.budget_s <= 0:
+            raise ConfigError(f"--budget-s must be positive, got {args.budget_s}")
+        on_devices(check_inputs(config, run_dir=False), run_dir=False)  # prints the table as it calibrates
+    except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.budget_s <= 0:
-        print(f"error: --budget-s must be positive, got {args.budget_s}", file=sys.stderr)
-        return 2
-    config = dataclasses.replace(resolve_defaults(args.env, args.algo, family), schedule=args.schedule)
-    try:
-        result = calibrate(config, args.budget_s, args.recalibrate)
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(result.table())
     print(f"cached in {cache_dir()}")
     return 0
-

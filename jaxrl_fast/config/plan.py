@@ -3,7 +3,8 @@
 An iteration is the unit every schedule repeats: on-policy, a rollout of `num_steps` per env and
 one update; off-policy, `rollout_length` steps per env and `updates_per_iteration` gradient
 updates (`off_policy_plan`, which holds the update-to-data ratio in whole numbers). A training
-call (one `metrics.jsonl` line) runs `iterations_per_call` iterations.
+call (one `metrics.jsonl` line) runs `iterations_per_call` iterations; `--profile` traces a window
+of those calls.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from typing import Any, NamedTuple
 
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
+from jaxrl_fast.types import ConfigError
 
 DEFAULT_DISPATCH_STEPS = 64  # concurrent/async: env steps per host dispatch when --dispatch-steps is 0
 
@@ -74,6 +76,7 @@ class Plan:
     eval_every_iterations: int
     update_frames_per_iteration: int
     warm_iterations: int  # learning iterations the schedule runs while it compiles (they are training too)
+    profile: ProfileWindow | None  # --profile: the training calls traced
 
     @property
     def total_steps(self) -> int:
@@ -82,6 +85,11 @@ class Plan:
     def step_at(self, iteration: int) -> int:
         """Environment steps after `iteration` learning iterations."""
         return self.warmup_steps + iteration * self.steps_per_iteration
+
+    @property
+    def calls(self) -> int:
+        """Training calls (one per log interval) of a fresh run that is not stopped early."""
+        return -(-max(0, self.total_iterations - self.warm_iterations) // self.iterations_per_call)
 
 
 def iteration_steps(config: TrainConfig) -> tuple[int, int]:
@@ -93,13 +101,15 @@ def iteration_steps(config: TrainConfig) -> tuple[int, int]:
     return config.num_envs * algo_config(config).num_steps, 0  # an on-policy config's rollout length per env
 
 
-def update_frames_per_iteration(config: TrainConfig, algorithm: Any, shards: int = 1) -> int:
-    """Samples consumed by gradient updates per iteration (Spreeze's update frame rate, per iteration);
-    a data-parallel rollout learner's `algorithm` is one of `shards` shards, each on its own rollout."""
+def update_frames_per_iteration(config: TrainConfig) -> int:
+    """Samples consumed by gradient updates per iteration (Spreeze's update frame rate, per
+    iteration): off-policy, updates x batch; on-policy, every epoch over the rollout (of all the
+    data-parallel shards together: each shard's rollout is its share of --num-envs)."""
+    hyper = algo_config(config)
     if family(config) == "off_policy":
         plan = run_off_policy_plan(config)
         return plan.updates_per_iteration * plan.batch_size
-    return algorithm.update_frames_per_iteration * shards
+    return hyper.update_epochs * config.num_envs * hyper.num_steps
 
 
 def warm_iterations(config: TrainConfig) -> int:
@@ -115,24 +125,59 @@ def env_threads(config: TrainConfig) -> int:
     return config.num_threads or min(config.num_envs * config.num_seeds, os.cpu_count() or 1)
 
 
-def make_plan(config: TrainConfig, algorithm: Any = None, shards: int = 1) -> Plan:
-    """The run's sizes; `algorithm` (the built bundle, one of `shards` data-parallel shards') gives
-    the update frames per iteration."""
+DEFAULT_PROFILE_START, DEFAULT_PROFILE_CALLS = 1, 3
+
+
+class WindowError(ConfigError):
+    """A `--profile-start`/`--profile-calls` window that does not fit in the run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileWindow:
+    first_call: int  # training calls run before the trace starts (0-based index of the first traced)
+    calls: int  # training calls traced
+
+    @property
+    def last_call(self) -> int:
+        return self.first_call + self.calls - 1
+
+
+def profile_window(start: int | None, calls: int | None, planned_calls: int) -> ProfileWindow:
+    """The window `--profile-start`/`--profile-calls` ask for in a run of `planned_calls` training
+    calls. Left at their defaults, they trace what fits; a window given explicitly that does not
+    fit is refused (`WindowError`), since a trace of other calls is not what was asked for."""
+    if start is None and calls is None:
+        first = min(DEFAULT_PROFILE_START, max(planned_calls - 1, 0))
+        return ProfileWindow(first, max(0, min(DEFAULT_PROFILE_CALLS, planned_calls - first)))
+    first = DEFAULT_PROFILE_START if start is None else start
+    count = DEFAULT_PROFILE_CALLS if calls is None else calls
+    if first + count > planned_calls:
+        raise WindowError(f"--profile-start {first} + --profile-calls {count} does not fit in the run's "
+                          f"{planned_calls} training calls")
+    return ProfileWindow(first, count)
+
+
+def make_plan(config: TrainConfig, num_threads: int) -> Plan:
+    """The run's sizes, with `num_threads` EnvPool threads in all; raises WindowError (a ConfigError)
+    for a --profile window that does not fit."""
     steps_per_iteration, warmup_steps = iteration_steps(config)
     total_iterations = max(1, (config.total_steps - warmup_steps) // steps_per_iteration)
-    return Plan(
-        num_threads=env_threads(config),
+    plan = Plan(
+        num_threads=num_threads,
         steps_per_iteration=steps_per_iteration,
         warmup_steps=warmup_steps,
         total_iterations=total_iterations,
         iterations_per_call=min(total_iterations, max(1, config.log_interval // steps_per_iteration)),
         eval_every_iterations=max(1, round(config.eval_interval / steps_per_iteration)) if config.eval_interval else 0,
-        update_frames_per_iteration=update_frames_per_iteration(config, algorithm, shards) if algorithm is not None else 0,
+        update_frames_per_iteration=update_frames_per_iteration(config),
         warm_iterations=warm_iterations(config),
+        profile=None,
     )
-
-
-def planned_calls(config: TrainConfig) -> int:
-    """Training calls (one per log interval) of a fresh run that is not stopped early."""
-    plan = make_plan(config)
-    return -(-max(0, plan.total_iterations - plan.warm_iterations) // plan.iterations_per_call)
+    if not config.profile:
+        return plan
+    try:
+        window = profile_window(config.profile_start, config.profile_calls, plan.calls)
+    except WindowError as error:
+        raise WindowError(f"{error} (one per --log-interval {config.log_interval} steps of --total-steps "
+                          f"{config.total_steps}); lower them, or raise --total-steps or lower --log-interval") from None
+    return dataclasses.replace(plan, profile=window)

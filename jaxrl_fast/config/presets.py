@@ -15,12 +15,13 @@ import tomllib
 from typing import Any
 
 from jaxrl_fast.config.run import ALGOS, OFF_POLICY, RunConfig, TrainConfig
+from jaxrl_fast.types import ConfigError
 
 # Family-level keys that only the on-policy algorithm uses: replay buffers keep raw observations and rewards.
 ON_POLICY_ONLY = ("normalize_observations", "scale_rewards")
 
 
-class PresetError(ValueError):
+class PresetError(ConfigError):
     pass
 
 

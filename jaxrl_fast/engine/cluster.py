@@ -19,12 +19,13 @@ import dataclasses
 import os
 import sys
 from typing import Any, NoReturn, Sequence
+from jaxrl_fast.types import ConfigError
 
 DEFAULT_TIMEOUT_S = 60
 HOST_PROCESSES_ENV = "JAXRL_FAST_HOST_PROCESSES"  # processes on this host, set by the launcher (EnvPool threads)
 
 
-class ClusterError(ValueError):
+class ClusterError(ConfigError):
     pass
 
 

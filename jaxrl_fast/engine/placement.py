@@ -33,9 +33,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_fast.engine import phases
+from jaxrl_fast.types import ConfigError
 
 
-class PlacementError(ValueError):
+class PlacementError(ConfigError):
     pass
 
 

@@ -29,9 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxrl_fast.config.plan import capacity_rows
 from jaxrl_fast.types import Batch
+from jaxrl_fast.types import ConfigError
 
 
-class ReplayError(ValueError):
+class ReplayError(ConfigError):
     pass
 
 

@@ -122,16 +122,22 @@ def spec_of(pool: Any, env_id: str) -> EnvSpec:
 
 def probe_spec(env_id: str, options: dict[str, Any] | None = None) -> EnvSpec:
     """The spec of an env id with pool options (e.g. Atari's frame size), from a one-env pool that
-    is closed again at once (once per id and options: the CLI's checks ask for it more than once,
-    and a MuJoCo pool takes a while to build)."""
-    return _probe_spec(env_id, tuple(sorted((options or {}).items())))
+    is closed again at once (once per id and options: the checks ask for it more than once, and a
+    MuJoCo pool takes a while to build)."""
+    return _probe(env_id, tuple(sorted((options or {}).items())))[0]
+
+
+def probe_gpu_step(env_id: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether EnvPool registers its XLA step for the GPU too (a wheel built with CUDA), from the same probe."""
+    return _probe(env_id, tuple(sorted((options or {}).items())))[1]
 
 
 @functools.lru_cache(maxsize=None)
-def _probe_spec(env_id: str, options: tuple[tuple[str, Any], ...]) -> EnvSpec:
+def _probe(env_id: str, options: tuple[tuple[str, Any], ...]) -> tuple[EnvSpec, bool]:
     pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0, **dict(options))
     try:
-        return spec_of(pool, env_id)
+        native = {name: entry for name, entry in pool._xla()}
+        return spec_of(pool, env_id), all(native[name][2][1] is not None for name in ("recv", "send"))
     finally:
         pool.close()
 

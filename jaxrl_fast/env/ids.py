@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import sys
 from typing import Any, Sequence
+from jaxrl_fast.types import ConfigError
 
 # Families whose observations are flat vectors an MLP can take, and those of stacked uint8 frames.
 VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text")
@@ -23,7 +24,7 @@ ENGINE_OPTIONS = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "
 TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip", "zero_discount_on_life_loss")
 
 
-class EnvError(ValueError):
+class EnvError(ConfigError):
     """A problem with the requested environment, reported before anything expensive starts."""
 
 

@@ -22,9 +22,3 @@ def epsilon_greedy(spec: EnvSpec, key: jax.Array, greedy: jax.Array, epsilon: ja
     explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
     return jnp.where(explore, random_actions(spec, random_key, greedy.shape[0]), greedy)
 
-
-def epsilon_errors(flag: str, start: float, end: float) -> list[str]:
-    """The check both Q-learners make of their exploration rates."""
-    if 0.0 <= end <= 1.0 and 0.0 <= start <= 1.0:
-        return []
-    return [f"{flag}.start-epsilon and {flag}.end-epsilon must be in [0, 1], got {start} and {end}"]

@@ -1,7 +1,8 @@
-"""The run directory and everything written to it: config, metrics lines, TensorBoard, summary.
+"""A run's log as it is written: metrics lines, TensorBoard scalars, the clock they count in, the
+progress display.
 
 `metrics.jsonl` holds one JSON object per line. Every line has `step` (environment steps so far)
-and `wall_s` (seconds since process start); training lines add `sps` and the losses
+and `wall_s` (the run's seconds: `RunClock`); training lines add `sps` and the losses
 (`train/...`), evaluation lines add `eval_return_mean`, `eval_return_std`, `eval_episodes`.
 Lines are in step order and each is on disk as soon as it is logged, so a killed run keeps
 everything it logged.
@@ -34,6 +35,19 @@ def process_start_time() -> float:
 
 
 PROCESS_START = process_start_time()  # wall_s and time_to_target_s count from here
+
+
+class RunClock:
+    """A run's seconds: since this process was created (its imports included) and, for a resumed
+    run, on from the `wall_s` the run had reached when the checkpoint it resumed from was saved,
+    so that a curve against wall_s never steps back. The seconds between that save and the kill
+    that ended the earlier process are not counted; the new process's start-up is."""
+
+    def __init__(self, resumed_at_s: float = 0.0):
+        self.resumed_at_s = resumed_at_s
+
+    def now(self) -> float:
+        return self.resumed_at_s + time.time() - PROCESS_START
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -92,8 +106,10 @@ class MetricsSink:
 
     TAIL_LINES = 256  # lines kept in memory to place a late evaluation line among
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, rebuild_tensorboard: bool = False):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, rebuild_tensorboard: bool = False,
+                 clock: RunClock = RunClock()):
         self._lock = threading.Lock()
+        self.clock = clock
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -115,7 +131,7 @@ class MetricsSink:
                 self._tb.add_scalar(key if "/" in key else f"charts/{key}", value, int(record["step"]))
 
     def write(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
-        record = {"step": int(step), "wall_s": round(time.time() - PROCESS_START, 3)}
+        record = {"step": int(step), "wall_s": round(self.clock.now(), 3)}
         record.update({k: _json_value(v) for k, v in values.items()})
         with self._lock:
             self._insert(int(step), (json.dumps(record) + "\n").encode())

@@ -18,7 +18,6 @@ A trace that cannot start or stop is logged and recorded; training goes on.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import re
@@ -27,6 +26,7 @@ from typing import Any, Iterable, Iterator
 
 import jax
 
+from jaxrl_fast.config.plan import ProfileWindow
 from jaxrl_fast.engine.phases import CALL_ANNOTATION, HLO_PHASES_FILE, phase_of_op_name
 
 log = logging.getLogger(__name__)
@@ -34,38 +34,6 @@ log = logging.getLogger(__name__)
 
 # `%name = type op(...), ..., metadata={op_name="jit(run)/while/body/env/ffi_call" ...}`
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%(\S+)\s*=.*?metadata=\{op_name="([^"]*)"', re.MULTILINE)
-
-
-DEFAULT_START, DEFAULT_CALLS = 1, 3
-
-
-class WindowError(ValueError):
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class ProfileWindow:
-    first_call: int  # training calls run before the trace starts (0-based index of the first traced)
-    calls: int  # training calls traced
-
-    @property
-    def last_call(self) -> int:
-        return self.first_call + self.calls - 1
-
-
-def profile_window(start: int | None, calls: int | None, planned_calls: int) -> ProfileWindow:
-    """The window `--profile-start`/`--profile-calls` ask for in a run of `planned_calls` training
-    calls. Left at their defaults, they trace what fits; a window given explicitly that does not
-    fit is refused (`WindowError`), since a trace of other calls is not what was asked for."""
-    if start is None and calls is None:
-        first = min(DEFAULT_START, max(planned_calls - 1, 0))
-        return ProfileWindow(first, max(0, min(DEFAULT_CALLS, planned_calls - first)))
-    first = DEFAULT_START if start is None else start
-    count = DEFAULT_CALLS if calls is None else calls
-    if first + count > planned_calls:
-        raise WindowError(f"--profile-start {first} + --profile-calls {count} does not fit in the run's "
-                          f"{planned_calls} training calls")
-    return ProfileWindow(first, count)
 
 
 def instruction_phases(hlo_text: str) -> dict[str, str]:

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 from jaxrl_fast.outputs.run_dir import VIDEO_DIR
+from jaxrl_fast.types import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ PROBE_TIMEOUT_S = 120
 ENCODE_TIMEOUT_S = 120  # for ffmpeg to finish a file once its last frame is sent
 
 
-class VideoError(ValueError):
+class VideoError(ConfigError):
     """Videos were asked for but cannot be made here; raised before a run starts."""
 
 
@@ -67,12 +68,15 @@ _egl_problem: str | None = "preload_egl() has not run"  # why MuJoCo cannot rend
 
 
 def preload_egl() -> None:
-    """Load the system's libEGL into the global namespace, if EnvPool's MuJoCo module is not loaded yet."""
+    """Load the system's libEGL into the global namespace, if EnvPool's MuJoCo module is not loaded yet:
+    a run that films calls it first (`jaxrl_fast.train`, the CLI), since MuJoCo binds its renderer when
+    EnvPool loads it."""
     global _egl_problem
     if _egl_problem is None:
         return
     if "envpool.mujoco" in sys.modules:
-        _egl_problem = "EnvPool was imported before jaxrl_fast; import jaxrl_fast first"
+        _egl_problem = ("EnvPool's MuJoCo was loaded in this process before its first run that films; film in a new "
+                        "process (or call jaxrl_fast.outputs.video.preload_egl() before anything loads EnvPool)")
         return
     try:
         ctypes.CDLL("libEGL.so.1", mode=ctypes.RTLD_GLOBAL)
@@ -272,6 +276,7 @@ if __name__ == "__main__":  # `python -m jaxrl_fast.outputs.video ENV_ID`: the c
     import warnings
 
     warnings.filterwarnings("ignore")
-    from jaxrl_fast.outputs import video  # the module `import jaxrl_fast` prepared, not this __main__ copy
+    from jaxrl_fast.outputs import video  # the package's module (whose EGL state counts), not this __main__ copy
 
+    video.preload_egl()  # before EnvPool loads MuJoCo, as a run that films does
     print(json.dumps(list(video.probe_frame_shape(sys.argv[1]))))

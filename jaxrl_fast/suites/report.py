@@ -24,12 +24,13 @@ from typing import Sequence
 
 from jaxrl_fast.suites.tasks import SUITES, Task
 from jaxrl_fast.outputs.run_dir import METRICS_FILE, SUMMARY_FILE
+from jaxrl_fast.types import ConfigError
 
 PROG = "python -m jaxrl_fast.benchmark"
 EVALS_PER_RUN = 20  # evaluations a task's budget is cut into
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(ConfigError):
     pass
 
 
@@ -48,21 +49,32 @@ def select(suite: str, algos: Sequence[str] | None, envs: Sequence[str] | None) 
     return chosen
 
 
-def train_args(task: Task, num_seeds: int, budget_scale: float, run_dir: Path) -> list[str]:
-    """The `python -m jaxrl_fast.train` flags of a task: its preset, the published budget (scaled)."""
+def task_settings(task: Task, num_seeds: int, budget_scale: float, run_dir: Path) -> dict:
+    """A task's settings over its preset: the published budget (scaled), its seeds, its directory."""
     steps = max(1, round(task.budget * budget_scale))
-    return ["--env", task.env, "--algo", task.algo, "--num-seeds", str(num_seeds), "--total-steps", str(steps),
-            "--eval-interval", str(max(1, steps // EVALS_PER_RUN)), "--run-dir", str(run_dir), "--progress", "plain"]
+    return {"num_seeds": num_seeds, "total_steps": steps, "eval_interval": max(1, steps // EVALS_PER_RUN),
+            "run_dir": run_dir, "progress": "plain"}
+
+
+def train_args(task: Task, num_seeds: int, budget_scale: float, run_dir: Path) -> list[str]:
+    """The `python -m jaxrl_fast.train` flags of a task (`task_settings` as flags)."""
+    settings = task_settings(task, num_seeds, budget_scale, run_dir)
+    return ["--env", task.env, "--algo", task.algo, *[item for name, value in settings.items()
+                                                      for item in (f"--{name.replace('_', '-')}", str(value))]]
 
 
 def check_tasks(tasks: list[Task], num_seeds: int, budget_scale: float, out: Path) -> None:
-    """Every task's flags through the trainer's own validation, before the first one trains."""
-    from jaxrl_fast.cli.train import ConfigError, parse_args
+    """Every task through the checks a run makes before it needs a device (validation, the env's
+    spec, the run directory), before the first one trains."""
+    from jaxrl_fast.config.overrides import with_overrides
+    from jaxrl_fast.run.api import preset_config
+    from jaxrl_fast.run.resolve import check_inputs
 
     for task in tasks:
         try:
-            parse_args(train_args(task, num_seeds, budget_scale, out / task.name))
-        except (ConfigError, ValueError) as error:
+            settings = task_settings(task, num_seeds, budget_scale, out / task.name)
+            check_inputs(with_overrides(preset_config(task.env, task.algo), settings))
+        except ConfigError as error:
             raise BenchmarkError(f"{task.name}: {error}") from None
 
 

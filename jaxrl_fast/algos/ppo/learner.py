@@ -1,69 +1,25 @@
-"""PPO: clipped surrogate objective, value loss, entropy bonus, minibatch epochs.
-
-Pure functions over explicit state. The policy (actor) and the value function (critic) are
-separate networks with one optimizer each, so that placement can treat them as roles.
-"""
+"""PPO's learner: the policy (actor) and the value function (critic) as separate networks with one
+optimizer each, so that placement can treat them as roles; GAE over the rollout, then minibatch
+epochs of `losses.ppo_loss`."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, rollout_iterations, shard_mean, validate_rollout
-from jaxrl_fast.types import Act, Algorithm, Rollout
-from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.algos.base import rollout_iterations
+from jaxrl_fast.algos.common import shard_mean
+from jaxrl_fast.algos.ppo.config import PPOConfig
+from jaxrl_fast.algos.ppo.losses import explained_variance, ppo_loss
 from jaxrl_fast.networks.heads import Network, make_policy_network, make_value_network
-from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.ops import distributions as dist
-from jaxrl_fast.ops.losses import global_norm, weighted_mean
+from jaxrl_fast.ops.losses import global_norm
 from jaxrl_fast.ops.minibatches import minibatch_epochs
 from jaxrl_fast.ops.returns import generalized_advantage_estimation
-
-
-@dataclasses.dataclass(frozen=True)
-class PPOConfig(NetworkConfig):
-    """Proximal Policy Optimization (Schulman et al. 2017) with the usual implementation details."""
-
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy and value MLPs."""
-    activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
-    """Hidden-layer activation."""
-    learning_rate: float = 3e-4
-    """Adam step size (per role: the policy and the value function have one optimizer each)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the run."""
-    num_steps: int = 128
-    """Rollout length per environment per iteration; a batch is num_envs x num_steps samples."""
-    num_minibatches: int = 4
-    """Minibatches per epoch; must divide num_envs x num_steps."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
-    clip_coef: float = 0.2
-    """Policy ratio clipping."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.0
-    """Weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
-    """Gradient-norm clipping, applied to each role's gradient."""
-    normalize_advantages: bool = True
-    """Standardise advantages per minibatch."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
-    use_sde: bool = False
-    """gSDE exploration, one matrix per env per rollout (docs/algorithms.md)."""
-
-
-METRICS = ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
-           "train/grad_norm", "train/explained_variance")
+from jaxrl_fast.types import Act, Algorithm, EnvSpec, Rollout
 
 
 class ActorCriticParams(NamedTuple):
@@ -97,13 +53,6 @@ class Batch(NamedTuple):
     weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
 
 
-def validate(config: PPOConfig, train: Any) -> list[str]:
-    errors = validate_rollout("ppo", config, train)
-    if not 0.0 <= config.gae_lambda <= 1.0:
-        errors.append(f"--ppo.gae-lambda must be in [0, 1], got {config.gae_lambda}")
-    return errors
-
-
 def gaussian_params(policy_net: Network, config: PPOConfig, actor_params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The policy's Gaussian `(mean, log_std)` `[..., A]`; with gSDE, the log std of its noise at these states."""
     if not config.use_sde:
@@ -113,7 +62,7 @@ def gaussian_params(policy_net: Network, config: PPOConfig, actor_params: Any, o
 
 
 def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: Network):
-    """`loss(params, minibatch) -> (loss, metrics)`: clipped surrogate, value loss, entropy bonus."""
+    """`loss(params, minibatch) -> (loss, metrics)`: the networks' outputs on the minibatch into `ppo_loss`."""
 
     def log_prob_and_entropy(actor_params: Any, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
         if spec.discrete:
@@ -124,26 +73,9 @@ def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: 
 
     def loss_fn(params: ActorCriticParams, mb: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
         log_prob, entropy = log_prob_and_entropy(params.actor, mb.obs, mb.action)
-        log_ratio = log_prob - mb.log_prob
-        ratio = jnp.exp(log_ratio)
-        advantage = mb.advantage
-        if config.normalize_advantages:
-            mean = weighted_mean(advantage, mb.weight)
-            std = jnp.sqrt(weighted_mean((advantage - mean) ** 2, mb.weight))
-            advantage = (advantage - mean) / (std + 1e-8)
-        surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - config.clip_coef, 1 + config.clip_coef) * advantage)
-        policy_loss = -weighted_mean(surrogate, mb.weight)
-        value_loss = 0.5 * weighted_mean((value_net.apply(params.critic, mb.obs) - mb.target) ** 2, mb.weight)
-        entropy = weighted_mean(entropy, mb.weight)
-        loss = policy_loss - config.ent_coef * entropy + config.vf_coef * value_loss
-        metrics = {
-            "train/policy_loss": policy_loss,
-            "train/value_loss": value_loss,
-            "train/entropy": entropy,
-            "train/approx_kl": weighted_mean((ratio - 1) - log_ratio, mb.weight),
-            "train/clip_fraction": weighted_mean((jnp.abs(ratio - 1) > config.clip_coef).astype(jnp.float32), mb.weight),
-        }
-        return loss, metrics
+        value = value_net.apply(params.critic, mb.obs)
+        return ppo_loss(log_prob, mb.log_prob, mb.advantage, entropy, value, mb.target, mb.weight, config.clip_coef,
+                        config.vf_coef, config.ent_coef, config.normalize_advantages)
 
     return loss_fn
 
@@ -188,9 +120,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
             state = state._replace(sde_matrix=draw_sde_matrix(sde_key))
         state, metrics = minibatch_epochs(minibatch_step, state, batch, key, config.update_epochs, config.num_minibatches)
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["train/explained_variance"] = 1.0 - weighted_mean(
-            (batch.target - flat(value)) ** 2, batch.weight
-        ) / jnp.maximum(weighted_mean((batch.target - weighted_mean(batch.target, batch.weight)) ** 2, batch.weight), 1e-8)
+        metrics["train/explained_variance"] = explained_variance(flat(value), batch.target, batch.weight)
         return state, metrics
 
     return update
@@ -245,9 +175,8 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
             return dist.categorical_mode(policy_net.apply(actor_params, obs))
         return jnp.clip(policy_net.apply(actor_params, obs)[0], low, high)
 
-    loss_fn = make_loss(config, spec, policy_net, value_net)
-
-    update = make_update(config, optimizer, loss_fn, value_net, batch_size, axis_name, draw_sde_matrix)
+    update = make_update(config, optimizer, make_loss(config, spec, policy_net, value_net), value_net, batch_size, axis_name,
+                         draw_sde_matrix)
 
     return Algorithm(
         init=init,
@@ -256,9 +185,4 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         act_deterministic=act_deterministic,
         update=update,
         rollout_length=config.num_steps,
-        update_frames_per_iteration=config.update_epochs * batch_size,
     )
-
-
-ALGORITHM = AlgorithmSpec(name="ppo", family="on_policy", config=PPOConfig, make=make_ppo, actions="any",
-                          metrics=METRICS, validate=validate)

@@ -1,4 +1,4 @@
-"""SAC: twin critics, tanh-squashed Gaussian policy, automatic entropy tuning.
+"""SAC's learner: twin critics, tanh-squashed Gaussian policy, automatic entropy tuning.
 
 Roles: the actor state holds the policy, the temperature and their optimizers; the critic state
 holds the twin Q-functions, their targets and optimizer. The critic update needs the policy and
@@ -7,7 +7,6 @@ the temperature (`actor_exchange`); the actor update needs the online critics (`
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -15,51 +14,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, shard_mean, validate_replay
-from jaxrl_fast.types import Act, OffPolicyAlgorithm
-from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.algos.common import action_scale, mean_over_shards, random_act, shard_mean
+from jaxrl_fast.algos.sac.config import SACConfig
+from jaxrl_fast.algos.sac.losses import sac_policy_loss, temperature_loss
+from jaxrl_fast.algos.twin_critic import clipped_double_q_target, twin_critic_step
 from jaxrl_fast.networks.heads import Network, make_q_network, make_squashed_gaussian_policy
 from jaxrl_fast.ops import distributions as dist
 from jaxrl_fast.ops.losses import polyak, weighted_mean
-from jaxrl_fast.types import Batch
-
-
-@dataclasses.dataclass(frozen=True)
-class SACConfig(ReplayConfig):
-    """Soft Actor-Critic (Haarnoja et al. 2018): twin critics, automatic entropy tuning."""
-
-    tau: float = 0.005
-    """Polyak rate of the target critics."""
-    actor_lr: float = 3e-4
-    """Adam step size of the policy."""
-    critic_lr: float = 1e-3
-    """Adam step size of the twin critics."""
-    alpha_lr: float = 1e-3
-    """Adam step size of the entropy temperature."""
-    init_alpha: float = 1.0
-    """Initial entropy temperature."""
-    autotune: bool = True
-    """Tune the entropy temperature towards -action_dim."""
-    use_sde: bool = False
-    """gSDE exploration (docs/algorithms.md)."""
-    sde_sample_freq: int = 32
-    """use_sde: env steps per env per exploration matrix."""
-    log_std_init: float = -3.0
-    """use_sde: initial log std of the matrix's entries."""
-
-
-METRICS = ("train/critic_loss", "train/q_mean", "train/actor_loss", "train/alpha", "train/entropy", "train/actor_updates")
-
-
-def validate(config: SACConfig, train: Any) -> list[str]:
-    rates = [(name, getattr(config, name)) for name in ("actor_lr", "critic_lr", "alpha_lr")]
-    return validate_replay("sac", config, train) + [
-        f"--sac.{name.replace('_', '-')} must be positive, got {value}" for name, value in rates if not value > 0
-    ] + ([f"--sac.tau must be in (0, 1], got {config.tau}"] if not 0.0 < config.tau <= 1.0 else []) + (
-        [f"--sac.init-alpha must be positive, got {config.init_alpha}"] if not config.init_alpha > 0 else []) + (
-        [f"--sac.sde-sample-freq must be positive, got {config.sde_sample_freq}"] if config.sde_sample_freq < 1 else []) + (
-        [f"--sac.use-sde holds a matrix per env, but --env-batch-size {train.env_batch_size} acts on other envs each "
-         "step: leave --env-batch-size at 0"] if config.use_sde and train.env_batch_size not in (0, train.num_envs) else [])
+from jaxrl_fast.types import Act, Batch, EnvSpec, OffPolicyAlgorithm
 
 
 class SACActorState(NamedTuple):
@@ -88,23 +50,6 @@ class PolicyAndAlpha(NamedTuple):
     log_alpha: jax.Array
 
 
-class ActionScale(NamedTuple):
-    center: jax.Array
-    half_width: jax.Array
-
-    def to_env(self, unit_action: jax.Array) -> jax.Array:
-        return self.center + self.half_width * unit_action
-
-    @property
-    def log_det(self) -> jax.Array:
-        return jnp.log(self.half_width).sum()
-
-
-def action_scale(spec: EnvSpec) -> ActionScale:
-    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
-    return ActionScale((high + low) / 2, (high - low) / 2)
-
-
 def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformation, alpha_opt: optax.GradientTransformation,
                       sample: Callable, q_net: Network, target_entropy: float, axis_name: str | None = None):
     """`update_actor(actor, q_params, obs [N, ...], weight [N], key)`: the policy towards the soft Q,
@@ -116,12 +61,10 @@ def make_actor_update(config: SACConfig, policy_opt: optax.GradientTransformatio
 
         def policy_loss_fn(policy):
             action, log_prob = sample(policy, obs, key)
-            q = q_net.apply(q_params, obs, action).min(axis=0)
-            return weighted_mean(alpha * log_prob - q, weight), log_prob
+            return sac_policy_loss(log_prob, q_net.apply(q_params, obs, action), alpha, weight), log_prob
 
         (policy_loss, log_prob), grads = jax.value_and_grad(policy_loss_fn, has_aux=True)(state.policy)
-        entropy_gap = jax.lax.stop_gradient(log_prob + target_entropy)
-        alpha_grad = jax.grad(lambda la: weighted_mean(-la * entropy_gap, weight))(state.log_alpha) if config.autotune else None
+        alpha_grad = jax.grad(temperature_loss)(state.log_alpha, log_prob, target_entropy, weight) if config.autotune else None
         grads, alpha_grad = shard_mean((grads, alpha_grad), axis_name)
         updates, policy_opt_state = policy_opt.update(grads, state.policy_opt, state.policy)
         policy = optax.apply_updates(state.policy, updates)
@@ -185,19 +128,10 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
 
     def update_critic(state: SACCriticState, actor: PolicyAndAlpha, batch: Batch, key: jax.Array):
         next_action, next_log_prob = sample(actor.policy, batch.next_obs, key)
-        next_q = q_net.apply(state.target_q, batch.next_obs, next_action).min(axis=0)
-        alpha = jnp.exp(actor.log_alpha)
-        target = jax.lax.stop_gradient(batch.reward + batch.discount * (next_q - alpha * next_log_prob))
-
-        def loss_fn(q_params):
-            q = q_net.apply(q_params, batch.obs, batch.action)  # [2, N]
-            return sum(weighted_mean((qi - target) ** 2, batch.weight) for qi in q), q.mean()
-
-        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.q)
-        updates, q_opt_state = q_opt.update(grads, state.q_opt, state.q)
-        q = optax.apply_updates(state.q, updates)
-        new = SACCriticState(q, polyak(state.target_q, q, config.tau), q_opt_state)
-        return new, {"train/critic_loss": loss, "train/q_mean": q_mean}
+        next_q = q_net.apply(state.target_q, batch.next_obs, next_action)
+        target = clipped_double_q_target(batch.reward, batch.discount, next_q, next_log_prob, jnp.exp(actor.log_alpha))
+        q, q_opt_state, metrics = twin_critic_step(q_net, q_opt, state.q, state.q_opt, batch, target)
+        return SACCriticState(q, polyak(state.target_q, q, config.tau), q_opt_state), metrics
 
     update_actor = make_actor_update(config, policy_opt, alpha_opt, sample, q_net, target_entropy, axis_name)
 
@@ -213,7 +147,3 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
         update_actor=update_actor,
         actor_update_period=1,
     )
-
-
-ALGORITHM = AlgorithmSpec(name="sac", family="off_policy", config=SACConfig, make=make_sac, actions="continuous",
-                          metrics=METRICS, validate=validate)

@@ -1,4 +1,4 @@
-"""TD3: twin critics, target policy smoothing, delayed actor and target updates.
+"""TD3's learner: twin critics, target policy smoothing, delayed actor and target updates.
 
 Roles: the actor state holds the policy, its target and optimizer; the critic state holds the twin
 Q-functions, their targets, optimizer and an update counter. The critic update needs the target
@@ -8,56 +8,19 @@ is updated every `policy_delay` critic updates; the critic moves its targets on 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, mean_over_shards, random_act, validate_replay
-from jaxrl_fast.algos.sac import action_scale
-from jaxrl_fast.types import Act, OffPolicyAlgorithm
-from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.algos.common import action_scale, mean_over_shards, random_act
+from jaxrl_fast.algos.td3.config import TD3Config
+from jaxrl_fast.algos.td3.losses import deterministic_policy_loss
+from jaxrl_fast.algos.twin_critic import clipped_double_q_target, twin_critic_step
 from jaxrl_fast.networks.heads import make_deterministic_policy, make_q_network
-from jaxrl_fast.ops.losses import polyak, weighted_mean
-from jaxrl_fast.types import Batch
-
-
-@dataclasses.dataclass(frozen=True)
-class TD3Config(ReplayConfig):
-    """Twin Delayed DDPG (Fujimoto et al. 2018): target policy smoothing, delayed actor updates."""
-
-    learning_starts: int = 25_000
-    """Environment steps of uniform random actions before the first update."""
-    tau: float = 0.005
-    """Polyak rate of the target networks."""
-    actor_lr: float = 3e-4
-    """Adam step size of the policy."""
-    critic_lr: float = 3e-4
-    """Adam step size of the twin critics."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise, as a fraction of the action range's half-width."""
-    policy_noise: float = 0.2
-    """Std of the target policy smoothing noise (fraction of the half-width)."""
-    noise_clip: float = 0.5
-    """Clip of the target policy smoothing noise."""
-    policy_delay: int = 2
-    """Critic updates per actor (and target) update."""
-
-
-METRICS = ("train/critic_loss", "train/q_mean", "train/actor_loss", "train/actor_updates")
-
-
-def validate(config: TD3Config, train: Any) -> list[str]:
-    checks = [
-        (config.actor_lr > 0, f"--td3.actor-lr must be positive, got {config.actor_lr}"),
-        (config.critic_lr > 0, f"--td3.critic-lr must be positive, got {config.critic_lr}"),
-        (0.0 < config.tau <= 1.0, f"--td3.tau must be in (0, 1], got {config.tau}"),
-        (config.policy_delay >= 1, f"--td3.policy-delay must be at least 1, got {config.policy_delay}"),
-        (config.exploration_noise >= 0, f"--td3.exploration-noise must be 0 or positive, got {config.exploration_noise}"),
-    ]
-    return validate_replay("td3", config, train) + [message for ok, message in checks if not ok]
+from jaxrl_fast.ops.losses import polyak
+from jaxrl_fast.types import Act, Batch, EnvSpec, OffPolicyAlgorithm
 
 
 class TD3ActorState(NamedTuple):
@@ -103,25 +66,17 @@ def make_td3(config: TD3Config, spec: EnvSpec, total_steps: int = 0, axis_name: 
             config.policy_noise * jax.random.normal(key, batch.action.shape), -config.noise_clip, config.noise_clip
         ) * scale.half_width
         next_action = jnp.clip(act_deterministic(target_policy, batch.next_obs) + noise, low, high)
-        next_q = q_net.apply(state.target_q, batch.next_obs, next_action).min(axis=0)
-        target = jax.lax.stop_gradient(batch.reward + batch.discount * next_q)
-
-        def loss_fn(q_params):
-            q = q_net.apply(q_params, batch.obs, batch.action)
-            return sum(weighted_mean((qi - target) ** 2, batch.weight) for qi in q), q.mean()
-
-        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.q)
-        updates, q_opt_state = q_opt.update(grads, state.q_opt, state.q)
-        q = optax.apply_updates(state.q, updates)
+        target = clipped_double_q_target(batch.reward, batch.discount, q_net.apply(state.target_q, batch.next_obs, next_action))
+        q, q_opt_state, metrics = twin_critic_step(q_net, q_opt, state.q, state.q_opt, batch, target)
         count = state.updates + 1
         move = (count % config.policy_delay) == 0
         target_q = jax.tree.map(lambda new, old: jnp.where(move, new, old), polyak(state.target_q, q, config.tau), state.target_q)
-        return TD3CriticState(q, target_q, q_opt_state, count), {"train/critic_loss": loss, "train/q_mean": q_mean}
+        return TD3CriticState(q, target_q, q_opt_state, count), metrics
 
     def update_actor(state: TD3ActorState, q_params: Any, obs: jax.Array, weight: jax.Array, key: jax.Array):
         def loss_fn(policy):
             q1 = jax.tree.map(lambda x: x[:1], q_params)  # the actor follows the first critic
-            return -weighted_mean(q_net.apply(q1, obs, act_deterministic(policy, obs))[0], weight)
+            return deterministic_policy_loss(q_net.apply(q1, obs, act_deterministic(policy, obs))[0], weight)
 
         loss, grads = jax.value_and_grad(loss_fn)(state.policy)
         updates, opt_state = policy_opt.update(grads, state.policy_opt, state.policy)
@@ -140,7 +95,3 @@ def make_td3(config: TD3Config, spec: EnvSpec, total_steps: int = 0, axis_name: 
         update_actor=update_actor,
         actor_update_period=config.policy_delay,
     )
-
-
-ALGORITHM = AlgorithmSpec(name="td3", family="off_policy", config=TD3Config, make=make_td3, actions="continuous",
-                          metrics=METRICS, validate=validate)

@@ -1,69 +1,31 @@
-"""PQN: parallel Q-learning without a replay buffer or a target network (Gallici et al. 2024,
-"Simplifying Deep Temporal Difference Learning").
+"""PQN's learner: parallel Q-learning without a replay buffer or a target network (Gallici et al.
+2024, "Simplifying Deep Temporal Difference Learning").
 
 Many envs act epsilon-greedily for a short rollout; the rollout becomes Q(lambda) targets from the
 current network (`ops.returns.q_lambda_returns`) and is consumed by a few epochs of minibatch
-regression, then dropped. LayerNorm in the Q-network is what keeps this stable without a target
-network. It is an on-policy-shaped algorithm: it runs in the on-policy schedules like PPO.
+regression (`losses.q_regression_loss`), then dropped. LayerNorm in the Q-network is what keeps
+this stable without a target network. It is an on-policy-shaped algorithm: it runs in the
+on-policy schedules like PPO.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import AlgorithmSpec, mean_over_shards, rollout_iterations, validate_rollout
-from jaxrl_fast.types import Act, Algorithm, Rollout
-from jaxrl_fast.types import EnvSpec
-from jaxrl_fast.networks.config import NetworkConfig
+from jaxrl_fast.algos.base import rollout_iterations
+from jaxrl_fast.algos.common import mean_over_shards
+from jaxrl_fast.algos.pqn.config import PQNConfig
+from jaxrl_fast.algos.pqn.losses import q_regression_loss
 from jaxrl_fast.networks.heads import make_discrete_q_network
-from jaxrl_fast.ops.exploration import epsilon_errors, epsilon_greedy, linear_epsilon
-from jaxrl_fast.ops.losses import global_norm, weighted_mean
+from jaxrl_fast.ops.exploration import epsilon_greedy, linear_epsilon
+from jaxrl_fast.ops.losses import global_norm
 from jaxrl_fast.ops.minibatches import minibatch_epochs
 from jaxrl_fast.ops.returns import q_lambda_returns
-
-
-@dataclasses.dataclass(frozen=True)
-class PQNConfig(NetworkConfig):
-    """PQN (Gallici et al. 2024): epsilon-greedy Q-learning over many envs with Q(lambda) targets."""
-
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the Q-network."""
-    activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
-    """Hidden-layer activation."""
-    layer_norm: bool = True
-    """LayerNorm after each hidden layer: what keeps PQN stable without a target network."""
-    learning_rate: float = 1e-4
-    """RAdam step size."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the run."""
-    num_steps: int = 64
-    """Rollout length per environment per iteration; a batch is num_envs x num_steps samples."""
-    num_minibatches: int = 16
-    """Minibatches per epoch; must divide num_envs x num_steps."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    gamma: float = 0.99
-    """Discount factor."""
-    q_lambda: float = 0.95
-    """Q(lambda)'s lambda: 0 is one-step Q-learning, 1 is the Monte Carlo return."""
-    reward_scale: float = 1.0
-    """Constant factor on the rewards in the targets (--scale-rewards instead divides by a running std)."""
-    start_epsilon: float = 1.0
-    """Exploration rate at the start."""
-    end_epsilon: float = 0.05
-    """Exploration rate after the decay."""
-    exploration_fraction: float = 0.2
-    """Fraction of the run over which epsilon decays linearly."""
-    max_grad_norm: float = 10.0
-    """Gradient-norm clipping."""
-
-
-METRICS = ("train/q_loss", "train/q_mean", "train/epsilon", "train/grad_norm")
+from jaxrl_fast.types import Act, Algorithm, EnvSpec, Rollout
 
 
 class PQNState(NamedTuple):
@@ -79,13 +41,6 @@ class Batch(NamedTuple):
     action: jax.Array
     target: jax.Array  # Q(lambda) return
     weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
-
-
-def validate(config: PQNConfig, train: Any) -> list[str]:
-    errors = validate_rollout("pqn", config, train) + epsilon_errors("--pqn", config.start_epsilon, config.end_epsilon)
-    if not 0.0 <= config.q_lambda <= 1.0:
-        errors.append(f"--pqn.q-lambda must be in [0, 1], got {config.q_lambda}")
-    return errors
 
 
 def epsilon_at(config: PQNConfig, env_steps: jax.Array, total_steps: int) -> jax.Array:
@@ -121,8 +76,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         return Act(action, action, ())
 
     def loss_fn(params: Any, mb: Batch) -> tuple[jax.Array, jax.Array]:
-        q = jnp.take_along_axis(q_net.apply(params, mb.obs), mb.action[:, None].astype(jnp.int32), axis=-1)[:, 0]
-        return 0.5 * weighted_mean((q - mb.target) ** 2, mb.weight), weighted_mean(q, mb.weight)
+        return q_regression_loss(q_net.apply(params, mb.obs), mb.action, mb.target, mb.weight)
 
     def minibatch_step(state: PQNState, mb: Batch) -> tuple[PQNState, dict[str, jax.Array]]:
         (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
@@ -158,9 +112,4 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         act_deterministic=act_deterministic,
         update=update,
         rollout_length=config.num_steps,
-        update_frames_per_iteration=config.update_epochs * batch_size,
     )
-
-
-ALGORITHM = AlgorithmSpec(name="pqn", family="on_policy", config=PQNConfig, make=make_pqn, actions="discrete",
-                          metrics=METRICS, validate=validate)

@@ -1,0 +1,126 @@
+"""Everything one agent's run writes as it goes: metrics lines, TensorBoard, the learning curve, the
+evaluations (and whether one reached the target), and the progress display's evaluation field."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.outputs.checkpoint import Restored
+from jaxrl_fast.outputs.curves import LearningCurve, evaluation_label
+from jaxrl_fast.outputs.metrics import MetricsSink, ProgressDisplay, RunClock, read_metrics
+from jaxrl_fast.outputs.run_dir import METRICS_FILE
+from jaxrl_fast.run.evaluation import EvalResult
+
+log = logging.getLogger(__name__)
+
+
+class TargetWatch:
+    """Records the first evaluation whose mean reaches the target; the trainer polls `reached`."""
+
+    def __init__(self, target: float | None, clock: RunClock = RunClock()):
+        self.target = target
+        self.clock = clock
+        self.reached = threading.Event()
+        self.time_s: float | None = None
+        self.step: int | None = None
+
+    def observe(self, result: EvalResult) -> None:
+        if self.target is not None and not self.reached.is_set() and result.mean >= self.target:
+            self.time_s = self.clock.now()
+            self.step = result.step
+            self.reached.set()
+
+
+class EvalBoard:
+    """The progress display's evaluation field: a run's latest evaluation or, with --num-seeds, the
+    spread of the agents' latest ones (called from the evaluators' threads)."""
+
+    def __init__(self, progress: ProgressDisplay, num_seeds: int):
+        self.progress = progress
+        self.latest: list[float | None] = [None] * num_seeds
+        self._lock = threading.Lock()
+
+    def show(self, index: int, result: EvalResult) -> None:
+        if len(self.latest) == 1:
+            self.progress.set_eval(result.step, result.mean, result.std)
+            return
+        with self._lock:
+            self.latest[index] = result.mean
+            means = [mean for mean in self.latest if mean is not None]
+            self.progress.set_eval_text(f"median {np.median(means):.1f} [{min(means):.1f}, {max(means):.1f}] "
+                                        f"of {len(means)}/{len(self.latest)} seeds")
+
+
+class LoggedEval(NamedTuple):
+    """An evaluation that metrics.jsonl holds already (from the process a resumed run continues)."""
+
+    step: int
+    mean: float
+    std: float
+
+
+class Report:
+    """Everything one agent's run writes as it goes: metrics lines, TensorBoard, the learning curve,
+    and the evaluation results (kept by step: the final evaluation reuses one of the last step)."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, restored: Restored | None, show: Callable[[EvalResult], None],
+                 clock: RunClock):
+        self.sink = MetricsSink(run_dir, rebuild_tensorboard=restored is not None, clock=clock)
+        self.show = show
+        self.target = TargetWatch(config.target_return, clock)
+        self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}",
+                                   eval_label=evaluation_label(config.eval_epsilon))
+        self.results: dict[int, EvalResult] = {}
+        # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
+        self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
+                       for line in read_metrics(run_dir / METRICS_FILE) if "eval_return_mean" in line} if restored else {}
+
+    def evaluation(self, result: EvalResult) -> None:
+        """Called where the evaluation ran (the evaluator's thread), never in training."""
+        if not math.isfinite(result.mean):  # parameters that went NaN in the call the NaN guard stops at
+            log.warning("the evaluation at step %d gave a non-finite return; it is not logged", result.step)
+            return
+        self.results[result.step] = result
+        self.sink.write(result.step, {
+            "eval_return_mean": result.mean,
+            "eval_return_std": result.std,
+            "eval_episodes": len(result.returns),
+            "eval/episode_length": float(np.mean(result.lengths)),
+            "eval/duration_s": result.duration_s,
+        })
+        self.show(result)
+        self.target.observe(result)
+        self.curve.update()  # after the line it draws is written
+
+    def training(self, step: int, steps: int, update_frames: int, elapsed: float, metrics: dict, episodes: Any) -> None:
+        record: dict[str, Any] = {"sps": steps / elapsed, "update_frames_per_s": update_frames / elapsed}
+        record.update({k: float(v) for k, v in metrics.items()})
+        count = int(episodes.count)
+        if count:
+            record["train/episode_return"] = float(episodes.return_sum) / count
+            record["train/episode_length"] = float(episodes.length_sum) / count
+        record["train/episodes"] = count
+        self.sink.write(step, record)
+
+
+class SilentReport:
+    """The report of a process other than 0 of a distributed run: process 0 writes the run directory
+    and evaluates, so this one records nothing (its target is never reached: process 0 says when)."""
+
+    def __init__(self) -> None:
+        self.target = TargetWatch(None)
+        self.results: dict[int, EvalResult] = {}
+        self.logged: dict[int, LoggedEval] = {}
+
+    def evaluation(self, result: EvalResult) -> None:
+        pass
+
+    def training(self, *args: Any) -> None:
+        pass

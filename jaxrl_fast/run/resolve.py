@@ -1,0 +1,297 @@
+"""Resolving a run: a config in; the validated config, the env's spec, the placement, the plan and
+the run directory out, each computed once here and handed down (to the build, the schedules,
+calibration, the launcher and the benchmark), never recomputed.
+
+    inputs = check_inputs(config, joined)      # no device touched: validation, the env's spec, the directory
+    resolved = on_devices(inputs, joined)      # after joining: placement, device checks, calibration, plan
+    resolve(config) = on_devices(check_inputs(config))      # one process (the Python API)
+
+The CLI calls the two halves apart because a run of several processes joins between them
+(`jax.distributed` must start before anything touches a backend). Every refusal is a
+`ConfigError` whose message is one line naming the flag, raised before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from jaxrl_fast.algos import action_space_error
+from jaxrl_fast.config.checks import validate
+from jaxrl_fast.config.plan import Plan, env_threads, make_plan
+from jaxrl_fast.config.run import OFF_POLICY, TrainConfig, algo_config, config_from_dict
+from jaxrl_fast.engine.cluster import Cluster
+from jaxrl_fast.env.envpool import probe_gpu_step, probe_spec
+from jaxrl_fast.env.ids import PIXEL_FAMILIES, check_env_kwargs, parse_env_kwargs
+from jaxrl_fast.outputs.run_dir import CONFIG_FILE, check_run_dir, create_run_dir, default_run_dir
+from jaxrl_fast.types import ConfigError, EnvSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """A config that passed every check that needs no device."""
+
+    config: TrainConfig  # validated; its run_dir is the run's directory
+    spec: EnvSpec  # one agent's envs (num_envs = config.num_envs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedRun:
+    """Everything a run is built from, resolved once."""
+
+    config: TrainConfig  # validated, calibration's sizes applied, run_dir set
+    spec: EnvSpec  # one agent's envs (a --num-seeds run's pool has num_seeds times as many)
+    placement: Any  # jaxrl_fast.engine.placement.Placement
+    plan: Plan
+    calibration: Any  # jaxrl_fast.calibration.measure.Calibration, or None
+    joined: Cluster  # the processes of the run (none: alone)
+    primary: bool  # this process writes the run directory and evaluates (process 0)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.run_dir)
+
+    @property
+    def resume(self) -> bool:
+        return self.config.resume is not None
+
+
+def resolve(config: TrainConfig, log: Callable[[str], None] = print) -> ResolvedRun:
+    """A run of this one process, resolved (its directory created)."""
+    return on_devices(check_inputs(config), log=log)
+
+
+def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool = True) -> Inputs:
+    """Validation, the env's options and spec, what can act in it, and (with `run_dir`) the run's
+    directory: a new run's default is chosen here, once, and checked for being writable."""
+    if joined.distributed:
+        config = distributed_config(config, joined)
+    options = parse_env_kwargs(config.env_kwargs)
+    check_env_kwargs(config.env, options)
+    spec = dataclasses.replace(probe_spec(config.env, options), num_envs=config.num_envs)
+    check_actions(config, spec)  # the most basic mismatch first: no size makes SAC act in CartPole
+    check_observations(config, spec)
+    validate(config)
+    if run_dir and config.resume is None:
+        directory = Path(config.run_dir) if config.run_dir else default_run_dir(config.env, config.algo, config.seed)
+        check_run_dir(directory)
+        config = dataclasses.replace(config, run_dir=directory)
+    return Inputs(config, spec)
+
+
+def distributed_config(config: TrainConfig, joined: Cluster) -> TrainConfig:
+    """A run of several processes: data-parallel, in a run directory every process names alike."""
+    if config.run_dir is None:
+        raise ConfigError("a run of several processes needs --run-dir (a directory every process sees; "
+                          "`python -m jaxrl_fast.launch` gives one)")
+    if joined.num_processes > 1 and config.num_envs % joined.num_processes:
+        raise ConfigError(f"--num-envs {config.num_envs} does not split over {joined.num_processes} processes")
+    return dataclasses.replace(config, data_parallel=True)
+
+
+def check_actions(config: TrainConfig, spec: EnvSpec) -> None:
+    """An algorithm (or gSDE) that cannot act in the env's action space."""
+    error = action_space_error(config.algo, spec)
+    if error is not None:
+        raise ConfigError(error)
+    if spec.discrete and getattr(algo_config(config), "use_sde", False):
+        raise ConfigError(f"--{config.algo}.use-sde needs continuous actions; {config.env} has discrete actions")
+
+
+def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
+    """Images need an encoder and the sync or concurrent schedule, and Atari's (the ones the encoders
+    are tested on); vectors need none."""
+    hyper = algo_config(config)
+    encoder = hyper.encoder
+    flag = f"--{config.algo}.encoder"
+    if not spec.pixels:
+        if encoder not in ("auto", "none"):
+            raise ConfigError(f"{flag} {encoder} encodes images; {config.env} observes vectors {list(spec.obs_shape)} "
+                              "(leave it out, or use none)")
+        return
+    refusals = [
+        (spec.family not in PIXEL_FAMILIES, f"{config.env} observes images {list(spec.obs_shape)}; this version trains on "
+                                            "Atari's frames only (its encoders are tested on them)"),
+        (encoder == "none", f"{flag} none: {config.env} observes images {list(spec.obs_shape)}, which need an encoder "
+                            "(nature or impala)"),
+        (config.normalize_observations, f"--normalize-observations: {config.env} observes uint8 images, which the "
+                                        "encoder scales to [0, 1] (leave the flag out)"),
+        (config.schedule == "async", "--schedule async: its actors take vector observations; images train with "
+                                     "--schedule sync or concurrent"),
+        (config.calibrate or config.recalibrate, "--calibrate measures vector-observation envs; with images give "
+                                                 "--num-envs yourself"),
+    ]
+    for refused, message in refusals:
+        if refused:
+            raise ConfigError(message)
+    if config.algo not in OFF_POLICY:
+        return
+    rows = hyper.n_step + spec.frame_stack  # replay rows per env that a first sample reads
+    if hyper.learning_starts < config.num_envs * rows:
+        raise ConfigError(f"--{config.algo}.learning-starts {hyper.learning_starts}: the first sample rebuilds "
+                          f"{spec.frame_stack}-frame stacks over {hyper.n_step} step(s), which needs at least {rows} "
+                          f"rows per env: give {config.num_envs * rows} or more")
+
+
+def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str], None] = print,
+               run_dir: bool = True) -> ResolvedRun:
+    """The placement and what the devices refuse (every process of a run agreeing), the run's
+    directory made (with `run_dir`: last, once nothing else refuses), calibration's sizes, the plan."""
+    from jaxrl_fast.engine import compile_cache
+    from jaxrl_fast.engine.cluster import is_primary
+
+    config, primary = inputs.config, is_primary()
+    placement, refusal = None, None
+    try:
+        placement = place(config)
+        check_devices(config, placement, inputs.spec)
+        check_video(config)
+    except ConfigError as error:
+        refusal = str(error)
+    refusal = agreed(refusal, joined)
+    made = run_dir and config.resume is None and primary
+    if refusal is None and made:
+        try:
+            create_run_dir(Path(config.run_dir))
+        except ConfigError as error:
+            refusal = str(error)
+    refusal = agreed(refusal, joined)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    try:
+        if config.compile_cache:  # before calibration, the first thing that compiles
+            compile_cache.enable()
+        calibration = None
+        if config.calibrate or config.recalibrate:
+            from jaxrl_fast.calibration.measure import calibrate
+
+            calibration = calibrate(config, placement, config.calibration_budget_s, config.recalibrate, log)
+            log(calibration.table())
+            config = calibration.apply(config)
+        plan = make_plan(config, threads(config, placement))
+    except BaseException:  # refused (or stopped) before training began: the new directory goes too
+        if made:
+            with contextlib.suppress(OSError):
+                Path(config.run_dir).rmdir()
+        raise
+    return ResolvedRun(config, dataclasses.replace(inputs.spec, num_envs=config.num_envs), placement, plan, calibration,
+                       joined, primary)
+
+
+def place(config: TrainConfig) -> Any:
+    """The run's placement: the one place a run asks for it."""
+    from jaxrl_fast.engine import placement
+
+    return placement.resolve(config, probe_gpu_step(config.env, parse_env_kwargs(config.env_kwargs)))
+
+
+def threads(config: TrainConfig, placement: Any) -> int:
+    """EnvPool threads of the whole run in this process: --num-threads (or one per env up to the
+    cores), or, data-parallel, each local shard's pool's threads times the pools."""
+    if placement.mode != "data":
+        return env_threads(config)
+    from jaxrl_fast.engine.sharding import local_shards, shard_threads
+
+    local = local_shards(placement)
+    return shard_threads(config, placement.shards, local) * local
+
+
+def check_devices(config: TrainConfig, placement: Any, spec: EnvSpec) -> None:
+    """Sizes that do not split over the data-parallel shards, and a replay buffer that cannot fit
+    where the placement puts it."""
+    from jaxrl_fast.engine.replay import check_fits, replay_nbytes
+    from jaxrl_fast.engine.sharding import shard_sizes_error
+
+    if placement.mode == "data":
+        error = shard_sizes_error(config, placement.shards) or resumed_shards_error(config, placement.shards)
+        if error:
+            raise ConfigError(error)
+    if config.algo not in OFF_POLICY:
+        return
+    hyper = algo_config(config)
+    nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, spec.obs_dtype,
+                                              spec.action_shape, "int32" if spec.discrete else "float32", spec.frame_stack)
+    device = placement.critic[0]
+    if placement.mode == "data":  # each device holds its shard's buffer; this process sees its own devices only
+        nbytes, device = nbytes // placement.shards, placement.acting
+    check_fits(nbytes, device, f"--{config.algo}.buffer-size")
+
+
+def resumed_shards_error(config: TrainConfig, shards: int) -> str | None:
+    """Why a data-parallel `--resume` cannot restore its checkpoint over `shards` shards, or None:
+    the checkpoint holds each shard's envs and buffer, so the count must be the one it was saved with."""
+    if config.resume is None:
+        return None
+    saved = json.loads((Path(config.resume) / CONFIG_FILE).read_text())
+    if not saved["train_config"].get("data_parallel"):
+        return (f"--resume: {config.resume} was trained by one process without --data-parallel; resume it the same "
+                "way (python -m jaxrl_fast.train --resume RUN_DIR)")
+    before = saved.get("placement", {}).get("shards")
+    if before != shards:
+        return (f"--resume: {config.resume} was trained over {before} data-parallel shards (devices of all its "
+                f"processes); this run has {shards}: resume it with as many processes and devices")
+    return None
+
+
+def check_video(config: TrainConfig) -> None:
+    """With --video-interval, refuse an env that cannot render here or a missing encoder."""
+    if not config.video_interval:
+        return
+    from jaxrl_fast.outputs.video import check_video_support
+
+    check_video_support(config.env)
+
+
+def agreed(refusal: str | None, joined: Cluster) -> str | None:
+    """A refusal any process of a distributed run made, in every process (a collective): one
+    process refusing alone would leave the others waiting for it in their first collective."""
+    if not joined.distributed:
+        return refusal
+    from jaxrl_fast.engine.cluster import any_process
+
+    if any_process(refusal is not None)[0]:
+        return refusal or "another process of the run refused its input (its error is above)"
+    return None
+
+
+RESUME_CHANGES = ("total_steps", "progress", "compile_cache")  # what may change when a run is resumed
+
+
+def resumed_config(run_dir: Path, total_steps: int | None = None, progress: str | None = None,
+                   compile_cache: bool = True) -> TrainConfig:
+    """The saved config of the run in `run_dir`, to continue it from its newest complete checkpoint
+    (`--resume RUN_DIR`): a longer `total_steps`, another `progress` display and this process's
+    compilation cache setting may differ from the saved ones; nothing else."""
+    from jaxrl_fast.outputs.checkpoint import agents_out_of_step, latest_step
+
+    run_dir = Path(run_dir)
+    saved = run_dir / CONFIG_FILE
+    if not saved.exists():
+        raise ConfigError(f"--resume: {run_dir} holds no run (no {CONFIG_FILE})")
+    data = json.loads(saved.read_text())
+    if "train_config" not in data:
+        raise ConfigError(f"--resume: {saved} was written by a version without checkpoints")
+    if not os.access(run_dir, os.W_OK):
+        raise ConfigError(f"--resume: {run_dir} is not writable")
+    ahead = agents_out_of_step(run_dir)
+    if ahead:
+        raise ConfigError(f"--resume: {', '.join(ahead)} of {run_dir} trained past the run's other seeds on its own "
+                          "(--resume of its directory); resuming the whole run would drop that training. Resume those "
+                          "seeds' directories one by one instead")
+    done = latest_step(run_dir)  # None: stopped before its first checkpoint, the run starts over
+    if done is not None and total_steps is not None and total_steps < done:
+        raise ConfigError(f"--resume: {run_dir} has trained {done:,d} steps already; --total-steps {total_steps:,d} "
+                          "is below that (give a larger one to train longer, or leave it out)")
+    config = config_from_dict(data["train_config"])
+    # sizes already applied; the profile window counted the calls of the first process, its trace is kept
+    changes: dict[str, Any] = dict(run_dir=run_dir, resume=run_dir, calibrate=False, recalibrate=False, profile=False,
+                                   compile_cache=compile_cache)  # this process's setting, not the saved one
+    if total_steps is not None:
+        changes["total_steps"] = total_steps
+    if progress is not None:
+        changes["progress"] = progress
+    return dataclasses.replace(config, **changes)
