@@ -35,6 +35,8 @@ def test_kill_9_then_resume_continues_the_log_with_no_repeated_or_missing_steps(
     lines = lines_of(run_dir)
     train_steps = [line["step"] for line in lines if "sps" in line]
     assert train_steps == list(range(1024, 29_952, 1024)) + [29_952]  # every call once, none missing
+    walls = [line["wall_s"] for line in lines if "sps" in line]
+    assert walls == sorted(walls)  # the resumed process's clock goes on from the run's, never back
     eval_steps = [line["step"] for line in lines if "eval_return_mean" in line]
     assert len(eval_steps) == len(set(eval_steps)) and eval_steps == sorted(eval_steps)
     summary = json.loads((run_dir / "summary.json").read_text())

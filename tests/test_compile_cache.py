@@ -19,7 +19,7 @@ import collections, json, sys
 from jax import monitoring
 events = collections.Counter()
 monitoring.register_event_listener(lambda name, **kw: events.update([name]))
-from jaxrl_fast.train import main
+from jaxrl_fast.cli.train import main
 status = main(sys.argv[1:])
 print(json.dumps({"status": status, "hits": events["/jax/compilation_cache/cache_hits"],
                   "writes": events["/jax/compilation_cache/cache_misses"]}))

@@ -123,3 +123,14 @@ def test_the_quick_subset_is_registered_and_documented_with_its_duration() -> No
     for command in ('python -m pytest -q` (the whole suite', 'python -m pytest -q -m "not slow"` (the quick subset'):
         row = next(line for line in text.splitlines() if command in line)
         assert re.search(r"\d+ min", row), row  # each with its measured duration
+
+
+def test_the_api_page_is_the_functions_docstring() -> None:
+    """docs/api.md shows `jaxrl_fast.train`'s and `Result`'s docstrings as they are in the code."""
+    import inspect
+
+    import jaxrl_fast
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    for documented in (jaxrl_fast.train, jaxrl_fast.Result):
+        assert inspect.cleandoc(documented.__doc__) in page, documented.__name__

@@ -49,6 +49,8 @@ def tensorboard_scalars(run_dir):
         (["--algo", "td3", "--env", "Pendulum-v1", "--td3.tau", "-1"], "--td3.tau must be in (0, 1]"),
         (["--algo", "dqn", "--dqn.learning-rate", "-1"], "--dqn.learning-rate must be positive"),
         (["--ppo.learning-rate", "-0.001"], "--ppo.learning-rate must be positive"),
+        (["--algo", "td3", "--env", "Pendulum-v1", "--td3.policy-noise", "nan"], "--td3.policy-noise must be a finite number"),
+        (["--ppo.ent-coef", "inf"], "--ppo.ent-coef must be a finite number"),
     ],
 )
 def test_wrong_values_are_refused_in_one_line_before_the_run_directory_exists(tmp_path, capsys, args, message):
