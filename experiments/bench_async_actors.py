@@ -88,6 +88,7 @@ def train_row(algo_name: str, env_id: str, num_envs: int, batch: int, steps: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench_async_actors.json")
     args = parser.parse_args()
     threads = min(os.cpu_count() or 1, 8)
     sizes = (8,) if args.quick else (8, 16)
@@ -125,8 +126,8 @@ def main() -> None:
         print(f"| {r['algo']} {r['env']}, {r['num_envs']} envs, {r['steps']:,d} steps | {r['env_batch']} | "
               f"{r['sps']:,.0f} | {r['env_s']:.1f} | {r['inference_s']:.1f} | {r['transfer_s']:.1f} | "
               f"{r['update_s']:.1f} | {r['actor_wait_s']:.1f} | {r['learner_wait_s']:.1f} | {r['final_eval']:.1f} |")
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "bench_async_actors.json"
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                            "devices": [str(d) for d in jax.devices()], "jax": jax.__version__},
                                "acting": acting, "training": training}, indent=1))

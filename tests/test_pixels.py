@@ -53,20 +53,23 @@ def test_encoders_take_uint8_frames_with_any_leading_shape(encoder, features):
     net = NetworkConfig(hidden_sizes=(), encoder=encoder)
     policy, value, q = make_policy_network(spec, net), make_value_network(spec, net), make_discrete_q_network(spec, net)
     frames = jax.random.randint(jax.random.key(0), (5, 3, 4, 84, 84), 0, 256).astype(jnp.uint8)  # [T, B, ...]
-    params = policy.init(jax.random.key(1))
-    assert policy.apply(params, frames).shape == (5, 3, 4)
-    assert value.apply(value.init(jax.random.key(2)), frames).shape == (5, 3)
-    assert q.apply(q.init(jax.random.key(3)), frames[0]).shape == (3, 4)
+    # compiled, as a run calls them (op by op, a convolution network takes tens of seconds here)
+    params = jax.jit(policy.init)(jax.random.key(1))
+    apply_policy = jax.jit(policy.apply)
+    assert apply_policy(params, frames).shape == (5, 3, 4)
+    assert jax.jit(value.apply)(jax.jit(value.init)(jax.random.key(2)), frames).shape == (5, 3)
+    assert jax.jit(q.apply)(jax.jit(q.init)(jax.random.key(3)), frames[0]).shape == (3, 4)
     head = params["params"]["head"]
     assert jax.tree.leaves(head)[-1].shape[0] == features  # the linear head reads the encoder's features
     # frames are scaled in the first layer: the same pixels as floats give the same outputs
-    np.testing.assert_allclose(policy.apply(params, frames.astype(jnp.float32)), policy.apply(params, frames), rtol=1e-6)
+    np.testing.assert_allclose(apply_policy(params, frames.astype(jnp.float32)), apply_policy(params, frames), rtol=1e-6)
 
 
 def test_nature_encoder_has_the_published_size():
     """Mnih et al.'s network: 1,686,180 parameters with a linear head over Breakout's 4 actions (CleanRL's count)."""
     spec = spec_of("Breakout-v5")
-    params = make_policy_network(spec, NetworkConfig(hidden_sizes=(), encoder="nature")).init(jax.random.key(0))
+    policy = make_policy_network(spec, NetworkConfig(hidden_sizes=(), encoder="nature"))
+    params = jax.eval_shape(policy.init, jax.random.key(0))  # the shapes alone: nothing to compute
     assert sum(x.size for x in jax.tree.leaves(params)) == 1_686_180
 
 
@@ -76,7 +79,7 @@ def test_channels_last_images_and_continuous_critics():
     assert spec.pixels and spec.obs_shape == (96, 96, 3) and not spec.discrete
     q = make_q_network(spec, NetworkConfig(hidden_sizes=(64,), encoder="nature"), num_critics=2)
     obs, action = jnp.zeros((7, 96, 96, 3), jnp.uint8), jnp.zeros((7, 3))
-    assert q.apply(q.init(jax.random.key(0)), obs, action).shape == (2, 7)
+    assert jax.jit(q.apply)(jax.jit(q.init)(jax.random.key(0)), obs, action).shape == (2, 7)
 
 
 def test_env_kwargs_are_parsed_merged_and_checked_against_the_env():

@@ -1,1 +1,3 @@
-"""Configuration, without JAX: the run's frozen dataclasses, the presets of envs/, the plan of a run's sizes."""
+"""Configuration, without JAX: the run's frozen dataclasses (run.py), the presets of envs/, the checks
+a config passes before anything is built, keyword overrides (the Python API's), and the plan of a
+run's sizes."""

@@ -1,1 +1,2 @@
-"""What a run leaves behind: checkpoints, metrics, learning curves, videos, profiler traces, aggregates."""
+"""What a run leaves behind: the run directory's layout, checkpoints and load_policy, metrics,
+learning curves, videos, profiler traces, aggregates over seeds."""

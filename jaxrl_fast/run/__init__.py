@@ -1,1 +1,2 @@
-"""One run: built from its resolved config, driven call by call, reported into its run directory."""
+"""One run: resolved once from its config (resolve.py), built (build.py), driven call by call
+(loop.py), reported into its run directory (report.py, evaluation.py); api.py is `jaxrl_fast.train`."""
