@@ -31,15 +31,15 @@ import numpy as np
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.calibration.measure import envpool_sps, timed_calls
-from jaxrl_fast.env.ids import env_family
-from jaxrl_fast.env.envpool import make_xla_env
-from jaxrl_fast.engine.placement import host_device
+from jaxrl_fast.config.plan import off_policy_plan
 from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.acting import EnvOptions, init_env_carry
 from jaxrl_fast.engine.async_mode import AsyncModeActor
-from jaxrl_fast.config.plan import off_policy_plan
 from jaxrl_fast.engine.offpolicy_steps import make_pieces
+from jaxrl_fast.engine.placement import host_device
 from jaxrl_fast.engine.timing import PhaseClock
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.env.ids import env_family
 
 RESULTS = Path(__file__).parent / "results"
 CHUNK = 64  # env steps per env per chunk, as a chunk of --dispatch-steps 64 x num_envs would hold

@@ -27,15 +27,15 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-
 from bench_ppo import envpool_alone, timed
-from jaxrl_fast.engine.acting import env_options
+
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.env.ids import env_family, parse_env_kwargs
-from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.config.plan import env_threads
 from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.engine.acting import env_options
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.env.ids import env_family, parse_env_kwargs
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from protocol import TASKS as PROTOCOL  # the task names the other timing scripts use
 
 
-
 def timed_train(args: list[str], cache: Path) -> float:
     env = dict(os.environ, JAXRL_FAST_COMPILE_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
     begin = time.perf_counter()

@@ -44,14 +44,14 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from jaxrl_fast.algos import make_algorithm  # noqa: E402
-from jaxrl_fast.env.envpool import make_xla_env  # noqa: E402
-from jaxrl_fast.engine.placement import resolve_placement  # noqa: E402
+from jaxrl_fast.config.plan import off_policy_plan  # noqa: E402
 from jaxrl_fast.config.presets import resolve_defaults  # noqa: E402
 from jaxrl_fast.engine.acting import EnvOptions  # noqa: E402
-from jaxrl_fast.config.plan import off_policy_plan  # noqa: E402
 from jaxrl_fast.engine.offpolicy_steps import make_pieces  # noqa: E402
+from jaxrl_fast.engine.placement import resolve_placement  # noqa: E402
 from jaxrl_fast.engine.schedules.base import EvalRequests  # noqa: E402
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop, host_driven_loop  # noqa: E402
+from jaxrl_fast.env.envpool import make_xla_env  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ENV = "HalfCheetah-v4"

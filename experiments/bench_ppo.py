@@ -35,12 +35,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_fast.algos import make_algorithm
+from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.engine.acting import EnvOptions, init_env_carry, make_collect
+from jaxrl_fast.engine.schedules.sync import make_sync_loop
 from jaxrl_fast.env.envpool import XlaEnv, make_xla_env
 from jaxrl_fast.env.ids import env_family
 from jaxrl_fast.env.spaces import random_actions
-from jaxrl_fast.config.presets import resolve_defaults
-from jaxrl_fast.engine.schedules.sync import make_sync_loop
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -84,10 +84,9 @@ def run(setup: dict, schedule: str, calibrate: bool, cache: Path, quick: bool) -
 def reference(setup: dict) -> dict:
     """Acting alone and learner alone at the preset's sizes, from a calibration pass."""
     from jaxrl_fast.calibration.measure import measure_and_choose
+    from jaxrl_fast.config.presets import resolve_defaults
     from jaxrl_fast.config.run import algo_config
     from jaxrl_fast.env.ids import env_family
-    from jaxrl_fast.config.presets import resolve_defaults
-
     from jaxrl_fast.run.resolve import check_inputs, on_devices
 
     config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))

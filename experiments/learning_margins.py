@@ -116,8 +116,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "learning_margins.json")
     args = parser.parse_args()
     results = json.loads(args.out.read_text()) if args.out.exists() else {"cases": {}}
-    import jax
     import envpool
+    import jax
 
     for case_name in args.cases.split(","):
         flags, together = CASES[case_name]

@@ -101,8 +101,8 @@ def child(result_path: Path, train_args: list[str]) -> None:
     created = process_created()
     interpreter_s = time.time() - created
     record = instrument(created)
-    from jaxrl_fast.outputs.metrics import PROCESS_START  # metrics.jsonl's clock (process creation since #13)
     from jaxrl_fast.cli.train import main
+    from jaxrl_fast.outputs.metrics import PROCESS_START  # metrics.jsonl's clock (process creation since #13)
 
     status = main(train_args)
     record.update(interpreter_s=interpreter_s, status=status, main_returned_s=time.time() - created,

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.engine.acting import EnvOptions, init_env_carry, make_collect, step_keys
-from jaxrl_fast.types import Act
-from jaxrl_fast.env.episodes import EpisodeState, init_episode_state, track_episodes, track_rollout_episodes
-from jaxrl_fast.types import Step
 from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.env.episodes import EpisodeState, init_episode_state, track_episodes, track_rollout_episodes
+from jaxrl_fast.types import Act, Step
 
 
 def stepwise(state: EpisodeState, score, terminated, truncated, game_over=None):

@@ -1,11 +1,11 @@
 """EnvPool's async mode in the `async` actors: per-env streams staged on the host."""
 
-import numpy as np
 import jax
+import numpy as np
 import pytest
 
-from jaxrl_fast.env.envpool import end_flags, make_pool, recv_steps
 from jaxrl_fast.engine.async_mode import StreamStager
+from jaxrl_fast.env.envpool import end_flags, make_pool, recv_steps
 
 ENV_ID, NUM_ENVS, SEED, CHUNK = "CartPole-v1", 6, 3, 8
 

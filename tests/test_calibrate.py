@@ -6,12 +6,17 @@ import sys
 import pytest
 
 from jaxrl_fast.calibration import measure as calibration
+from jaxrl_fast.calibration.choose import (
+    best_threads,
+    choose_off_policy,
+    choose_on_policy,
+    per_step_seconds,
+    with_inference,
+)
 from jaxrl_fast.calibration.measure import Measurement
-from jaxrl_fast.calibration.choose import (best_threads, choose_off_policy, choose_on_policy, per_step_seconds,
-    with_inference)
-from jaxrl_fast.config.run import algo_config
 from jaxrl_fast.cli.train import main
 from jaxrl_fast.config.checks import validate
+from jaxrl_fast.config.run import algo_config
 from support import make_config, resolved
 
 

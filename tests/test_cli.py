@@ -203,8 +203,8 @@ def test_async_ppo_is_refused_with_the_reason(tmp_path, capsys):
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_mujoco_off_policy_defaults_are_cleanrls_and_leave_out_the_on_policy_options(algo):
-    from jaxrl_fast.config.presets import resolve_defaults
     from jaxrl_fast.config.checks import validate
+    from jaxrl_fast.config.presets import resolve_defaults
 
     for env_id in ("HalfCheetah-v4", "Hopper-v4"):  # a task with its own file and one on the family's alone
         config = resolve_defaults(env_id, algo, "mujoco")

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from jaxrl_fast.engine import compile_cache
-from jaxrl_fast.config.run import TrainConfig, run_dict
 from jaxrl_fast.cli.train import parse_args
+from jaxrl_fast.config.run import TrainConfig, run_dict
+from jaxrl_fast.engine import compile_cache
 
 # Trains through the CLI's main() and prints JAX's compilation-cache event counts as JSON.
 DRIVER = """

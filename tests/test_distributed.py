@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from jaxrl_fast.outputs.checkpoint import Checkpointer, latest_step
-from jaxrl_fast.engine.cluster import Cluster, ClusterError, split_flags
-from jaxrl_fast.cli.launch import Launcher, worker_environment, with_run_dir
-from jaxrl_fast.outputs.metrics import read_metrics
+from jaxrl_fast.cli.launch import Launcher, with_run_dir, worker_environment
 from jaxrl_fast.cli.train import parse_args
+from jaxrl_fast.engine.cluster import Cluster, ClusterError, split_flags
+from jaxrl_fast.outputs.checkpoint import Checkpointer, latest_step
+from jaxrl_fast.outputs.metrics import read_metrics
 from support import train
 
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.env import ids, wire
-from jaxrl_fast.env.ids import EnvError
-from jaxrl_fast.env.episodes import init_episode_state, track_episodes
 from jaxrl_fast.env.envpool import make_pool, make_xla_env
+from jaxrl_fast.env.episodes import init_episode_state, track_episodes
+from jaxrl_fast.env.ids import EnvError
 
 
 def rollout(xla_env, actions):

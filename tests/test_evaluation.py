@@ -3,9 +3,9 @@ import threading
 
 import numpy as np
 
-from jaxrl_fast.run import evaluation
 from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.env.spaces import random_actions_np
+from jaxrl_fast.run import evaluation
 from jaxrl_fast.run.evaluation import Evaluator, epsilon_greedy
 from support import make_config, train
 

@@ -10,24 +10,32 @@ import numpy as np
 import pytest
 
 import jaxrl_fast
-from jaxrl_fast.engine.acting import EnvOptions, agent_keys, agent_part, env_options
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo.config import PPOConfig
 from jaxrl_fast.algos.ppo.learner import make_ppo
 from jaxrl_fast.algos.pqn.config import PQNConfig
 from jaxrl_fast.algos.pqn.learner import make_pqn
-from jaxrl_fast.outputs.checkpoint import (Checkpointer, NonFiniteError, agent_state, agents_out_of_step,
-    check_finite, join_agents, latest_step, load_policy)
-from jaxrl_fast.outputs.run_dir import seed_run_dir
-from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env
-from jaxrl_fast.outputs.metrics import read_metrics
-from jaxrl_fast.engine.placement import resolve
+from jaxrl_fast.cli.train import main
 from jaxrl_fast.config.plan import run_off_policy_plan
+from jaxrl_fast.engine.acting import EnvOptions, agent_keys, agent_part, env_options
+from jaxrl_fast.engine.placement import resolve
 from jaxrl_fast.engine.replay import ReplayState, Row, agent_columns
 from jaxrl_fast.engine.schedules.base import EvalRequests
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
-from jaxrl_fast.cli.train import main
+from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env
+from jaxrl_fast.outputs.checkpoint import (
+    Checkpointer,
+    NonFiniteError,
+    agent_state,
+    agents_out_of_step,
+    check_finite,
+    join_agents,
+    latest_step,
+    load_policy,
+)
+from jaxrl_fast.outputs.metrics import read_metrics
+from jaxrl_fast.outputs.run_dir import seed_run_dir
 from support import make_config, train
 
 SEED, AGENTS, ENVS = 3, 2, 4

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.config.run import TrainConfig
-from jaxrl_fast.env.envpool import make_xla_env, probe_spec
-from jaxrl_fast.engine.placement import Placement, PlacementError, resolve_placement
-from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.config.plan import off_policy_plan
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.engine.acting import EnvOptions
+from jaxrl_fast.engine.placement import Placement, PlacementError, resolve_placement
 from jaxrl_fast.engine.schedules.base import EvalRequests
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop, host_driven_loop
+from jaxrl_fast.env.envpool import make_xla_env, probe_spec
 from support import make_config, train
 
 CPU = jax.devices("cpu")

@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.env.ids import EnvError, check_env_kwargs, evaluation_options, merge_env_kwargs, parse_env_kwargs
+from jaxrl_fast import ConfigError
+from jaxrl_fast.cli.train import parse_args
 from jaxrl_fast.env.envpool import make_pool, probe_spec
+from jaxrl_fast.env.ids import EnvError, check_env_kwargs, evaluation_options, merge_env_kwargs, parse_env_kwargs
 from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.networks.heads import make_discrete_q_network, make_policy_network, make_q_network, make_value_network
 from jaxrl_fast.networks.torso import patches_conv
-from jaxrl_fast import ConfigError
-from jaxrl_fast.cli.train import parse_args
 from jaxrl_fast.run.resolve import check_inputs
 
 

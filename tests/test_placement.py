@@ -6,10 +6,16 @@ import jax
 import pytest
 
 from jaxrl_fast.engine import placement as placements
-from jaxrl_fast.env.envpool import make_xla_env
-from jaxrl_fast.engine.schedules import (OffPolicyConcurrent, OffPolicyFused, OffPolicyHostDriven,
-    OnPolicyConcurrent, OnPolicySync, schedule_class)
+from jaxrl_fast.engine.schedules import (
+    OffPolicyConcurrent,
+    OffPolicyFused,
+    OffPolicyHostDriven,
+    OnPolicyConcurrent,
+    OnPolicySync,
+    schedule_class,
+)
 from jaxrl_fast.engine.schedules.asynchronous import AsyncSchedule
+from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.run.build import build_schedule
 from support import make_config, resolved
 

@@ -5,14 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.algos.ppo.config import PPOConfig
 from jaxrl_fast.algos.ppo.learner import make_ppo
-from jaxrl_fast.config.run import TrainConfig
-from jaxrl_fast.types import Rollout, Transition
-from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.types import Rollout, Transition
 from support import make_config, train
 
 
@@ -113,8 +113,8 @@ def test_reset_steps_do_not_contribute_to_the_update():
 
 
 def test_presets_resolve_for_every_shipped_file():
-    from jaxrl_fast.env.ids import env_family
     from jaxrl_fast.config.presets import available_presets
+    from jaxrl_fast.env.ids import env_family
 
     names = available_presets()
     assert "CartPole-v1" in names

@@ -8,14 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.algos import action_space_error
 from jaxrl_fast.algos.pqn.config import PQNConfig
 from jaxrl_fast.algos.pqn.learner import epsilon_at, make_pqn
-from jaxrl_fast.types import Rollout, Transition
-from jaxrl_fast.env.envpool import make_xla_env, probe_spec
 from jaxrl_fast.config.presets import resolve_defaults
+from jaxrl_fast.engine.acting import EnvOptions
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
+from jaxrl_fast.env.envpool import make_xla_env, probe_spec
+from jaxrl_fast.types import Rollout, Transition
 from support import make_config, train
 
 

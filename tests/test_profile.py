@@ -7,9 +7,9 @@ from pathlib import Path
 import jax
 import pytest
 
+from jaxrl_fast.cli.train import main, parse_args
 from jaxrl_fast.engine.phases import phase_of_op_name
 from jaxrl_fast.outputs.profiler import hlo_phase_map, instruction_phases
-from jaxrl_fast.cli.train import main, parse_args
 from support import resolved
 
 SCRIPT = Path(__file__).resolve().parents[1] / "profiling" / "summarize_trace.py"

@@ -3,8 +3,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.engine.replay import (ReplayError, Row, add_many, add_rows, check_fits, init_replay, num_sampleable,
-    observations_at, replay_nbytes, sample_batch)
+from jaxrl_fast.engine.replay import (
+    ReplayError,
+    Row,
+    add_many,
+    add_rows,
+    check_fits,
+    init_replay,
+    num_sampleable,
+    observations_at,
+    replay_nbytes,
+    sample_batch,
+)
 
 B = 2
 

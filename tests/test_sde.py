@@ -11,9 +11,9 @@ from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.algos.ppo.config import PPOConfig
 from jaxrl_fast.algos.ppo.learner import make_ppo
 from jaxrl_fast.config.run import TrainConfig
-from jaxrl_fast.types import Rollout, Transition
 from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.ops import distributions as dist
+from jaxrl_fast.types import Rollout, Transition
 from support import make_config, train
 
 FEATURES = jnp.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])  # [B=2, F=3]

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxrl_fast.outputs import video
-from jaxrl_fast.outputs.run_dir import CURVE_FILE
-from jaxrl_fast.outputs.curves import LearningCurve, draw_learning_curve, evaluation_label, read_curve_points
-from jaxrl_fast.run.evaluation import Evaluator, VideoPlan
 from jaxrl_fast.cli.train import main
+from jaxrl_fast.outputs import video
+from jaxrl_fast.outputs.curves import LearningCurve, draw_learning_curve, evaluation_label, read_curve_points
+from jaxrl_fast.outputs.run_dir import CURVE_FILE
+from jaxrl_fast.run.evaluation import Evaluator, VideoPlan
 
 pytest.importorskip("imageio_ffmpeg", reason="videos need the video extra: pip install -e '.[video]'")
 

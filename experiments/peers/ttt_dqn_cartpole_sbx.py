@@ -9,7 +9,9 @@ episodes; cap 10 min. If the zoo budget ends below threshold, training
 continues past it (epsilon stays at its final 0.04) until threshold or cap.
 Run: python experiments/peers/ttt_dqn_cartpole_sbx.py [--seeds 0,1]   (venv $PEERS_HOME/venv-peers)
 """
-import os, sys
+import os
+import sys
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _ttt_sb3family import main
 

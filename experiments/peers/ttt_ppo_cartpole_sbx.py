@@ -6,7 +6,9 @@ gamma 0.98, n_epochs 20, ent_coef 0.0, learning_rate lin_0.001, clip_range lin_0
 Eval every 5,000 env steps, 10 deterministic episodes; cap 15 min.
 Run: python experiments/peers/ttt_ppo_cartpole_sbx.py [--seeds 0,1]   (venv $PEERS_HOME/venv-peers)
 """
-import os, sys
+import os
+import sys
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _ttt_sb3family import main
 

@@ -9,7 +9,9 @@ Also times a "oneshot" run (whole budget in one jitted train(), rejax's own
 128-episode stochastic evals every eval_freq=100 steps) for reference.
 Run: python experiments/peers/ttt_sac_pendulum_rejax.py [--seeds 0,1] [--no-oneshot]   (venv $PEERS_HOME/venv-rejax)
 """
-import os, sys
+import os
+import sys
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _ttt_rejax import main
 

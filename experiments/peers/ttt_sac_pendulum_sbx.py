@@ -7,7 +7,9 @@ train_freq 1, gradient_steps 1, ent_coef auto, net [256, 256]). One env.
 Eval every 1,000 env steps, 10 deterministic episodes; cap 15 min.
 Run: python experiments/peers/ttt_sac_pendulum_sbx.py [--seeds 0,1]   (venv $PEERS_HOME/venv-peers)
 """
-import os, sys
+import os
+import sys
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _ttt_sb3family import main
 

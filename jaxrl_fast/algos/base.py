@@ -137,6 +137,17 @@ def rollout_iterations(total_steps: int, num_envs: int, num_steps: int) -> int:
     return max(1, total_steps // (num_envs * num_steps))
 
 
+def rollout_sizes(name: str, hyper: RolloutConfig, num_envs: int, total_steps: int) -> tuple[int, int]:
+    """(batch, gradient steps of the whole run) of a rollout learner; the gradient steps are what a
+    learning rate annealed to 0 counts. Raises where `num_minibatches` does not split the batch (the
+    run's validation says so first; this guards a learner built directly)."""
+    batch = num_envs * hyper.num_steps
+    if batch % hyper.num_minibatches:
+        raise ValueError(f"--{name}.num-minibatches {hyper.num_minibatches} must divide the batch "
+                         f"num_envs x num_steps = {num_envs} x {hyper.num_steps} = {batch}")
+    return batch, rollout_iterations(total_steps, num_envs, hyper.num_steps) * hyper.update_epochs * hyper.num_minibatches
+
+
 def validate_replay(name: str, hyper: ReplayConfig, config: Any) -> list[str]:
     """The off-policy family's checks: replay and update sizes, and the options a replay cannot hold."""
     flag = f"--{name}"

@@ -49,22 +49,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect
 from jaxrl_fast.algos import make_algorithm
+from jaxrl_fast.calibration.choose import Row, best_threads, choose_off_policy, choose_on_policy, with_inference
 from jaxrl_fast.config.checks import config_errors
-from jaxrl_fast.calibration.choose import (Row, best_threads,
-    choose_off_policy, choose_on_policy, with_inference)
-from jaxrl_fast.config.run import TrainConfig, algo_config, family
-from jaxrl_fast.types import Rollout, Transition
-from jaxrl_fast.types import EnvSpec
-from jaxrl_fast.env.envpool import XlaEnv, make_pool, make_xla_env
-from jaxrl_fast.env.spaces import random_actions_np
-from jaxrl_fast.engine.placement import Placement, describe, describe_devices
 from jaxrl_fast.config.plan import dispatch_steps, off_policy_plan
-from jaxrl_fast.engine.replay import empty_like
+from jaxrl_fast.config.run import TrainConfig, algo_config, family
+from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.offpolicy_steps import make_pieces
+from jaxrl_fast.engine.placement import Placement, describe, describe_devices
+from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.timing import PhaseClock
+from jaxrl_fast.env.envpool import XlaEnv, make_pool, make_xla_env
+from jaxrl_fast.env.spaces import random_actions_np
+from jaxrl_fast.types import EnvSpec, Rollout, Transition
 
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MEASURE_S = 0.1  # wall time per EnvPool measurement

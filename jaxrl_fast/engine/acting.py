@@ -14,9 +14,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrl_fast.engine import phases
-from jaxrl_fast.types import Act, Transition
-from jaxrl_fast.env.episodes import EpisodeState, EpisodeStats, init_episode_state, track_rollout_episodes
 from jaxrl_fast.env.envpool import XlaEnv
+from jaxrl_fast.env.episodes import EpisodeState, EpisodeStats, init_episode_state, track_rollout_episodes
 from jaxrl_fast.ops.normalization import (
     RewardScale,
     RunningMoments,
@@ -26,6 +25,7 @@ from jaxrl_fast.ops.normalization import (
     scale_rewards,
     update_moments,
 )
+from jaxrl_fast.types import Act, Transition
 
 
 class EnvOptions(NamedTuple):

@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.engine import phases
-from jaxrl_fast.env.episodes import EpisodeStats, HostEpisodes
-from jaxrl_fast.env.envpool import HostSteps, make_pool, recv_steps
 from jaxrl_fast.engine.replay import Row
+from jaxrl_fast.env.envpool import HostSteps, make_pool, recv_steps
+from jaxrl_fast.env.episodes import EpisodeStats, HostEpisodes
 
 MAX_LEAD_CHUNKS = 64  # an env this many chunks ahead of the slowest means one env stopped returning
 

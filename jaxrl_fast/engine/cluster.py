@@ -19,6 +19,7 @@ import dataclasses
 import os
 import sys
 from typing import Any, NoReturn, Sequence
+
 from jaxrl_fast.types import ConfigError
 
 DEFAULT_TIMEOUT_S = 60

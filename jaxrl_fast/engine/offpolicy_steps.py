@@ -10,19 +10,21 @@ calibration's measurements call the same functions with the same keys.
 """
 
 from __future__ import annotations
+
 from typing import Any, Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxrl_fast.engine import phases
-from jaxrl_fast.engine.acting import (EnvCarry, EnvOptions, agents_map, init_env_carry, make_collect)
-from jaxrl_fast.types import OffPolicyAlgorithm, Transition
-from jaxrl_fast.env.episodes import EpisodeStats
-from jaxrl_fast.env.envpool import XlaEnv
-from jaxrl_fast.config.plan import OffPolicyPlan
-from jaxrl_fast.engine.replay import ReplayState, Row, init_replay, sample_batch
 
+from jaxrl_fast.config.plan import OffPolicyPlan
+from jaxrl_fast.engine import phases
+from jaxrl_fast.engine.acting import EnvCarry, EnvOptions, agents_map, init_env_carry, make_collect
+from jaxrl_fast.engine.replay import ReplayState, Row, init_replay, sample_batch
+from jaxrl_fast.env.envpool import XlaEnv
+from jaxrl_fast.env.episodes import EpisodeStats
+from jaxrl_fast.types import OffPolicyAlgorithm, Transition
 
 
 class OffPolicyState(NamedTuple):

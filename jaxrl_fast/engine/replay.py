@@ -27,9 +27,9 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from jaxrl_fast.config.plan import capacity_rows
-from jaxrl_fast.types import Batch
-from jaxrl_fast.types import ConfigError
+from jaxrl_fast.types import Batch, ConfigError
 
 
 class ReplayError(ConfigError):

@@ -19,9 +19,9 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_fast.config.run import TrainConfig, family
-from jaxrl_fast.types import EnvSpec, Step
-from jaxrl_fast.env.envpool import XlaEnv, make_xla_env
 from jaxrl_fast.engine.cluster import host_processes
+from jaxrl_fast.env.envpool import XlaEnv, make_xla_env
+from jaxrl_fast.types import EnvSpec, Step
 
 AXIS = "data"  # the mesh axis the shards are laid along
 

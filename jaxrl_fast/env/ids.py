@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import sys
 from typing import Any, Sequence
+
 from jaxrl_fast.types import ConfigError
 
 # Families whose observations are flat vectors an MLP can take, and those of stacked uint8 frames.

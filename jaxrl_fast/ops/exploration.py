@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxrl_fast.types import EnvSpec
 from jaxrl_fast.env.spaces import random_actions
+from jaxrl_fast.types import EnvSpec
 
 
 def linear_epsilon(start: float, end: float, fraction: float, env_steps: jax.Array, total_steps: int) -> jax.Array:

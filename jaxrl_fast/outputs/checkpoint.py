@@ -29,8 +29,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxrl_fast.outputs.run_dir import CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
+
 from jaxrl_fast.engine.sharding import is_key
+from jaxrl_fast.outputs.run_dir import CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
 
 
 class CheckpointError(ValueError):
@@ -358,11 +359,11 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     """
     import orbax.checkpoint as ocp
 
-    from jaxrl_fast.engine.acting import EvalPayload, deterministic_policy, env_options
     from jaxrl_fast.algos import make_algorithm
     from jaxrl_fast.config.run import config_from_dict, family
-    from jaxrl_fast.types import EnvSpec
+    from jaxrl_fast.engine.acting import EvalPayload, deterministic_policy, env_options
     from jaxrl_fast.ops.normalization import init_moments
+    from jaxrl_fast.types import EnvSpec
 
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
     info_path = directory / POLICY_JSON

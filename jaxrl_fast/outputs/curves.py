@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from jaxrl_fast.outputs.run_dir import CURVE_FILE
-from jaxrl_fast.outputs.run_dir import METRICS_FILE
+
+from jaxrl_fast.outputs.run_dir import CURVE_FILE, METRICS_FILE
 
 log = logging.getLogger(__name__)
 

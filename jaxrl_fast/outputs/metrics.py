@@ -18,8 +18,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from jaxrl_fast.outputs.run_dir import TB_EVENTS
-from jaxrl_fast.outputs.run_dir import METRICS_FILE
+
+from jaxrl_fast.outputs.run_dir import METRICS_FILE, TB_EVENTS
 
 
 def process_start_time() -> float:

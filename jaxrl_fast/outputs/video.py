@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from jaxrl_fast.outputs.run_dir import VIDEO_DIR
 from jaxrl_fast.types import ConfigError
 
@@ -93,8 +94,8 @@ def enable_rendering(family: str) -> None:
 
 def render_pool(env_id: str, num_envs: int, seed: int, **options: Any) -> Any:
     """A synchronous EnvPool whose envs can be rendered to RGB arrays."""
-    from jaxrl_fast.env.ids import env_family
     from jaxrl_fast.env.envpool import make_pool
+    from jaxrl_fast.env.ids import env_family
 
     enable_rendering(env_family(env_id))
     return make_pool(env_id, num_envs=num_envs, num_threads=1, seed=seed, render_mode="rgb_array", **options)

@@ -20,13 +20,13 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from jaxrl_fast.config.plan import Plan
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, agent_state, check_finite
+from jaxrl_fast.outputs.metrics import write_json
 from jaxrl_fast.outputs.profiler import CallTracer
 from jaxrl_fast.outputs.run_dir import PROFILE_DIR, SUMMARY_FILE
-from jaxrl_fast.outputs.metrics import write_json
-from jaxrl_fast.config.plan import Plan
 from jaxrl_fast.run.build import Run, SeedRun, build, record_config
 from jaxrl_fast.run.evaluation import EvalResult
 from jaxrl_fast.run.report import LoggedEval

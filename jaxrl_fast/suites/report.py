@@ -1,13 +1,8 @@
-"""`python -m jaxrl_fast.benchmark`: train every (env, algo) task of a suite over N seeds with its
-preset, one `--num-seeds` process per task, and report the returns beside published ones.
-
-    python -m jaxrl_fast.benchmark --suite classic --num-seeds 4 --out runs/bench-classic
-    python -m jaxrl_fast.benchmark --suite classic --algos ppo --envs CartPole-v1 --budget-scale 0.1 --out /tmp/b
-
-DIR/results.json holds every task's figures, DIR/report.md the table (final return IQM with its
-bootstrap 95% interval, time and steps to the threshold, wall-clock, the published reference and
-its source), DIR/<task>.png the curve of each (mean evaluation return and its 95% interval over the
-seeds against env steps, the reference as a line), and DIR/<task>/ the task's run directory.
+"""Running a suite and reporting it: which tasks a selection names (`select`), checking them before
+anything trains (`check_tasks`), one `--num-seeds` training process per task (`run_suite`), and
+each task's figures (`task_result`: final return IQM with its bootstrap 95% interval, time and steps
+to the threshold), its curve (`draw_curve`) and the markdown table (`report_markdown`) that
+`python -m jaxrl_fast.benchmark` (jaxrl_fast/cli/benchmark.py) writes into its output directory.
 """
 
 from __future__ import annotations
@@ -22,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from jaxrl_fast.suites.tasks import SUITES, Task
 from jaxrl_fast.outputs.run_dir import METRICS_FILE, SUMMARY_FILE
+from jaxrl_fast.suites.tasks import SUITES, Task
 from jaxrl_fast.types import ConfigError
 
 PROG = "python -m jaxrl_fast.benchmark"
@@ -88,8 +83,8 @@ def first_reach(evals: list[dict], threshold: float | None) -> dict | None:
 def task_result(task: Task, run_dir: Path, wall_s: float, returncode: int) -> dict:
     """A task's figures from its run directory (the aggregate summary and each seed's evaluations)."""
     from jaxrl_fast.outputs.aggregate import aggregate
-    from jaxrl_fast.outputs.run_dir import seed_run_dirs
     from jaxrl_fast.outputs.metrics import read_metrics
+    from jaxrl_fast.outputs.run_dir import seed_run_dirs
 
     result = {"task": task.name, "env": task.env, "algo": task.algo, "wall_s": wall_s, "returncode": returncode,
               "threshold": task.threshold, "reference": task.reference._asdict() if task.reference else None}

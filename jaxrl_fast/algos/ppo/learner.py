@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import rollout_iterations
+from jaxrl_fast.algos.base import rollout_sizes
 from jaxrl_fast.algos.common import shard_mean
 from jaxrl_fast.algos.ppo.config import PPOConfig
 from jaxrl_fast.algos.ppo.losses import explained_variance, ppo_loss
@@ -131,13 +131,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         raise ValueError(f"--ppo.use-sde needs continuous actions; {spec.env_id} has discrete actions")
     policy_net = make_policy_network(spec, config, log_std_init=config.log_std_init, sde=config.use_sde)
     value_net = make_value_network(spec, config)
-    batch_size = spec.num_envs * config.num_steps
-    if batch_size % config.num_minibatches:
-        raise ValueError(
-            f"--ppo.num-minibatches {config.num_minibatches} must divide the batch "
-            f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
-        )
-    updates_per_role = rollout_iterations(total_steps, spec.num_envs, config.num_steps) * config.update_epochs * config.num_minibatches
+    batch_size, updates_per_role = rollout_sizes("ppo", config, spec.num_envs, total_steps)
     learning_rate = (
         optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
     )

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_fast.algos.base import rollout_iterations
+from jaxrl_fast.algos.base import rollout_sizes
 from jaxrl_fast.algos.common import mean_over_shards
 from jaxrl_fast.algos.pqn.config import PQNConfig
 from jaxrl_fast.algos.pqn.losses import q_regression_loss
@@ -50,13 +50,7 @@ def epsilon_at(config: PQNConfig, env_steps: jax.Array, total_steps: int) -> jax
 
 def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Algorithm:
     q_net = make_discrete_q_network(spec, config)
-    batch_size = spec.num_envs * config.num_steps
-    if batch_size % config.num_minibatches:
-        raise ValueError(
-            f"--pqn.num-minibatches {config.num_minibatches} must divide the batch "
-            f"num_envs x num_steps = {spec.num_envs} x {config.num_steps} = {batch_size}"
-        )
-    updates = rollout_iterations(total_steps, spec.num_envs, config.num_steps) * config.update_epochs * config.num_minibatches
+    batch_size, updates = rollout_sizes("pqn", config, spec.num_envs, total_steps)
     learning_rate = optax.linear_schedule(config.learning_rate, 0.0, updates) if config.anneal_lr else config.learning_rate
     optimizer = mean_over_shards(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate)), axis_name)
 

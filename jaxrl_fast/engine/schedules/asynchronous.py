@@ -35,17 +35,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_fast.config.plan import run_off_policy_plan
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EvalPayload, eval_payload, init_env_carry
-from jaxrl_fast.env.episodes import add_stats, init_episode_stats
-from jaxrl_fast.env.envpool import make_xla_env
-from jaxrl_fast.engine.placement import describe, transfer
-from jaxrl_fast.config.plan import run_off_policy_plan
-from jaxrl_fast.engine.replay import Row, add_many, empty_like
 from jaxrl_fast.engine.async_mode import AsyncModeActor
-from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
 from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, make_pieces
+from jaxrl_fast.engine.placement import describe, transfer
+from jaxrl_fast.engine.replay import Row, add_many, empty_like
+from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
 from jaxrl_fast.engine.timing import PhaseClock
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.env.episodes import add_stats, init_episode_stats
 
 ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
 

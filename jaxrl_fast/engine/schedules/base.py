@@ -21,11 +21,11 @@ import numpy as np
 from jax import lax
 from jax.experimental import io_callback
 
-from jaxrl_fast.engine.acting import EnvOptions, EvalPayload
-from jaxrl_fast.env.episodes import EpisodeStats, add_stats, init_episode_stats
-from jaxrl_fast.env.envpool import XlaEnv
-from jaxrl_fast.engine.placement import Placement
 from jaxrl_fast.config.plan import Plan
+from jaxrl_fast.engine.acting import EnvOptions, EvalPayload
+from jaxrl_fast.engine.placement import Placement
+from jaxrl_fast.env.envpool import XlaEnv
+from jaxrl_fast.env.episodes import EpisodeStats, add_stats, init_episode_stats
 
 
 class Context(NamedTuple):

@@ -22,12 +22,19 @@ import jax
 
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_collect, observe
-from jaxrl_fast.types import Rollout
-from jaxrl_fast.env.episodes import EpisodeStats
 from jaxrl_fast.engine.placement import transfer
-from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, total_episodes
-from jaxrl_fast.engine.schedules.base import mean_metrics
+from jaxrl_fast.engine.schedules.base import (
+    CallResult,
+    Context,
+    EvalRequests,
+    ScheduleBase,
+    Snapshot,
+    mean_metrics,
+    total_episodes,
+)
 from jaxrl_fast.engine.timing import PhaseClock
+from jaxrl_fast.env.episodes import EpisodeStats
+from jaxrl_fast.types import Rollout
 
 
 class ConcurrentState(NamedTuple):

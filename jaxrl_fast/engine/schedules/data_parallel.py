@@ -27,11 +27,11 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxrl_fast.engine.acting import EvalPayload
-from jaxrl_fast.config.run import family
 from jaxrl_fast.config.plan import run_off_policy_plan
-from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
+from jaxrl_fast.config.run import family
+from jaxrl_fast.engine.acting import EvalPayload
 from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields
+from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop
 from jaxrl_fast.engine.schedules.sync import checkpointed, make_sync_loop, with_checkpointed
 from jaxrl_fast.engine.sharding import AXIS, global_array, is_key

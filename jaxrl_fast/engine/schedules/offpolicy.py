@@ -28,16 +28,33 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxrl_fast.engine.acting import (EnvOptions, EvalPayload, agent_keys, agents_map, eval_payload)
-from jaxrl_fast.types import OffPolicyAlgorithm
-from jaxrl_fast.env.envpool import XlaEnv
-from jaxrl_fast.engine.placement import Placement, transfer
 from jaxrl_fast.config.plan import OffPolicyPlan, run_off_policy_plan
+from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, agent_keys, agents_map, eval_payload
+from jaxrl_fast.engine.offpolicy_steps import (
+    OffPolicyLoop,
+    OffPolicyState,
+    checkpointed_fields,
+    env_step_at,
+    make_pieces,
+)
+from jaxrl_fast.engine.placement import Placement, transfer
 from jaxrl_fast.engine.replay import add_many
-from jaxrl_fast.engine.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot,
-    across_shards, mean_metrics, scan_iterations, shard_key, summed_over_shards, total_episodes)
+from jaxrl_fast.engine.schedules.base import (
+    CallResult,
+    Context,
+    EvalRequests,
+    ScheduleBase,
+    Snapshot,
+    across_shards,
+    mean_metrics,
+    scan_iterations,
+    shard_key,
+    summed_over_shards,
+    total_episodes,
+)
 from jaxrl_fast.engine.timing import PhaseClock
-from jaxrl_fast.engine.offpolicy_steps import OffPolicyLoop, OffPolicyState, checkpointed_fields, env_step_at, make_pieces
+from jaxrl_fast.env.envpool import XlaEnv
+from jaxrl_fast.types import OffPolicyAlgorithm
 
 __all__ = ["OffPolicyConcurrent", "OffPolicyFused", "OffPolicyHostDriven", "fused_loop", "host_driven_loop"]
 

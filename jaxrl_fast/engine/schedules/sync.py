@@ -15,13 +15,30 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_fast.engine import phases
-from jaxrl_fast.engine.acting import (EnvCarry, EnvOptions, EvalPayload, agent_keys, agents_map, eval_payload,
-    init_env_carry, make_collect, observe)
-from jaxrl_fast.types import Algorithm, Rollout
-from jaxrl_fast.env.episodes import EpisodeStats
+from jaxrl_fast.engine.acting import (
+    EnvCarry,
+    EnvOptions,
+    EvalPayload,
+    agent_keys,
+    agents_map,
+    eval_payload,
+    init_env_carry,
+    make_collect,
+    observe,
+)
+from jaxrl_fast.engine.schedules.base import (
+    CallResult,
+    Context,
+    EvalRequests,
+    ScheduleBase,
+    Snapshot,
+    across_shards,
+    scan_iterations,
+    shard_key,
+)
 from jaxrl_fast.env.envpool import XlaEnv
-from jaxrl_fast.engine.schedules.base import (CallResult, Context, EvalRequests, ScheduleBase, Snapshot,
-    across_shards, scan_iterations, shard_key)
+from jaxrl_fast.env.episodes import EpisodeStats
+from jaxrl_fast.types import Algorithm, Rollout
 
 __all__ = ["LoopState", "OnPolicySync", "SyncLoop", "checkpointed", "make_sync_loop", "with_checkpointed"]
 
