@@ -8,11 +8,14 @@ import tempfile
 # It must be set before JAX initialises its backends.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 
-# One compilation cache for the whole session, in-process and in the CLI subprocesses (they inherit
-# the variable): tests never write to the user's cache, and programs that several tests compile
-# are compiled once. Tests of the cache itself point the variable at directories of their own.
-SESSION_COMPILE_CACHE = tempfile.mkdtemp(prefix="jaxrl-fast-test-xla-")
-atexit.register(shutil.rmtree, SESSION_COMPILE_CACHE, ignore_errors=True)
+# One compilation cache for the whole session, in-process, in the CLI subprocesses and in the
+# pytest-xdist workers (each inherits the variables the first process set): tests never write to
+# the user's cache, and programs that several tests compile are compiled once. The process that
+# made the directory removes it. Tests of the cache itself point the variable at their own.
+if "JAXRL_FAST_TEST_SESSION_CACHE" not in os.environ:
+    os.environ["JAXRL_FAST_TEST_SESSION_CACHE"] = tempfile.mkdtemp(prefix="jaxrl-fast-test-xla-")
+    atexit.register(shutil.rmtree, os.environ["JAXRL_FAST_TEST_SESSION_CACHE"], ignore_errors=True)
+SESSION_COMPILE_CACHE = os.environ["JAXRL_FAST_TEST_SESSION_CACHE"]
 os.environ["JAXRL_FAST_COMPILE_CACHE_DIR"] = SESSION_COMPILE_CACHE
 
 from jaxrl_fast.engine import compile_cache  # noqa: E402  (after the variable it reads)
