@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import sys
+import warnings
 from typing import Any, Sequence
 
 from jaxrl_fast.types import ConfigError
@@ -98,7 +100,29 @@ def check_env_id(env_id: str) -> str:
             f"--env: {env_id!r} is an EnvPool {family!r} task; this version trains "
             f"on vector observations ({', '.join(VECTOR_FAMILIES)}) and Atari frames ({', '.join(PIXEL_FAMILIES)})."
         )
+    keys = observation_keys(env_id)
+    if keys:  # dm_control's tasks, in EnvPool's mujoco family beside gym's
+        raise EnvError(
+            f"--env: {env_id!r} observes a dict of arrays ({', '.join(keys)}), as EnvPool's dm_control tasks do; "
+            f"this version trains on one array of observations (gym's MuJoCo ids, e.g. HalfCheetah-v4, have one)."
+        )
     return family
+
+
+@functools.cache
+def observation_keys(env_id: str) -> tuple[str, ...]:
+    """The keys of an id's dict observations (none for one array), from its spec: no pool is built,
+    and no family is imported that `env_family` did not register."""
+    registry = import_envpool_light()
+    registered_specs(env_id)
+    with warnings.catch_warnings():  # Gymnasium's float64 -> float32 bounds note
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+        try:
+            space = registry.make_spec(env_id).observation_space
+        except Exception as error:  # EnvPool's own refusal, e.g. mjlab's tracking tasks without a motion file
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise EnvError(f"--env: EnvPool cannot make {env_id!r} as this version builds it: {reason}") from error
+    return tuple(getattr(space, "spaces", {}))
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
