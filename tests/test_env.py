@@ -139,11 +139,6 @@ def test_other_families_are_refused_with_reason():
         ids.check_env_id("MiniGrid-Empty-5x5-v0")
 
 
-def test_dm_control_dict_observations_are_refused_with_their_keys():
-    with pytest.raises(EnvError, match=r"dict of arrays \(position, velocity\)"):
-        ids.check_env_id("CheetahRun-v1")
-
-
 @pytest.mark.slow
 def test_every_envpool_id_is_trained_or_refused_by_validation_never_crashes():
     """Every id EnvPool lists passes the id check or gets our one-line error (a family or a kind of
