@@ -18,6 +18,7 @@ from jaxrl_fast.cli.train import parse_args
 from jaxrl_fast.engine.cluster import Cluster, ClusterError, split_flags
 from jaxrl_fast.outputs.checkpoint import Checkpointer, latest_step
 from jaxrl_fast.outputs.metrics import read_metrics
+from jaxrl_fast.outputs.streamed import SavedArray
 from support import train
 
 
@@ -42,7 +43,8 @@ def saved_state(run_dir):
     """The checkpoint's step and arrays, by tree path."""
     restored = Checkpointer(Path(run_dir), 2).restore()
     paths = restored.meta["paths"]
-    return restored.step, {paths[int(key)]: np.asarray(value) for key, value in restored.state.items()}
+    arrays = {key: value.load() if isinstance(value, SavedArray) else value for key, value in restored.state.items()}
+    return restored.step, {paths[int(key)]: np.asarray(value) for key, value in arrays.items()}
 
 
 def one_process_of_two_devices(run_dir, argv):

@@ -27,10 +27,10 @@ from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env
 from jaxrl_fast.outputs.checkpoint import (
     Checkpointer,
     NonFiniteError,
+    StackedRestored,
     agent_state,
     agents_out_of_step,
     check_finite,
-    join_agents,
     latest_step,
     load_policy,
 )
@@ -120,17 +120,24 @@ def test_batched_updates_match_the_single_runs_up_to_reassociation():
     chex.assert_trees_all_close(agent_part(many.env.obs_moments, LAST), single.env.obs_moments, rtol=1e-5)
 
 
-def test_off_policy_checkpoints_hold_each_agents_columns_of_the_shared_buffer():
+def test_off_policy_checkpoints_hold_each_agents_columns_of_the_shared_buffer(tmp_path):
     rows = Row(obs=jnp.arange(4 * 6 * 3, dtype=jnp.float32).reshape(4, 6, 3), action=jnp.arange(24).reshape(4, 6),
                reward=jnp.ones((4, 6)), terminated=jnp.zeros((4, 6), bool), truncated=jnp.zeros((4, 6), bool),
                valid=jnp.ones((4, 6), bool))
     state = {"actor": {"w": jnp.arange(6.0).reshape(3, 2)}, "iteration": jnp.int32(7),
              "replay": ReplayState(rows, jnp.int32(4), jnp.int32(0))}  # 3 agents of 2 envs
-    agents = [agent_state(state, k, 3) for k in range(3)]
-    np.testing.assert_array_equal(agents[1]["replay"].rows.obs, rows.obs[:, 2:4])  # agent 1's envs 2 and 3
-    np.testing.assert_array_equal(agents[1]["actor"]["w"], [2.0, 3.0])
-    assert int(agents[2]["iteration"]) == 7 and int(agents[2]["replay"].count) == 4  # shared counters
-    chex.assert_trees_all_equal(join_agents(state, agents), state)
+    for k in range(3):  # as a --num-seeds run saves: each agent a single run's checkpoint
+        saver = Checkpointer(seed_run_dir(tmp_path, k), keep=1)
+        saver.save(10, agent_state(state, k, 3), {"w": jnp.zeros(2)}, {"iterations": 1})
+        saver.close()
+    parts = [Checkpointer(seed_run_dir(tmp_path, k), keep=1).restore() for k in range(3)]
+    paths = parts[1].meta["paths"]
+    saved = {path: parts[1].state[f"{i:05d}"] for i, path in enumerate(paths)}
+    np.testing.assert_array_equal(saved["['replay'].rows.obs"].load(), rows.obs[:, 2:4])  # agent 1's envs 2 and 3
+    np.testing.assert_array_equal(saved["['actor']['w']"], [2.0, 3.0])
+    assert int(saved["['iteration']"]) == 7 and int(saved["['replay'].count"]) == 4  # shared counters
+    template = jax.tree.map(jnp.zeros_like, state)  # a fresh run's state: the buffer is read into it
+    chex.assert_trees_all_equal(StackedRestored(parts).into(template), state)
 
 
 def test_a_non_finite_value_names_the_agents_it_hit():

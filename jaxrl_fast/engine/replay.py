@@ -66,22 +66,6 @@ def replay_nbytes(buffer_size: int, num_envs: int, obs_shape: tuple[int, ...], o
     return capacity_rows(buffer_size, num_envs) * num_envs * per_step
 
 
-def check_fits(nbytes: int, device: jax.Device, what: str = "--buffer-size") -> None:
-    """Refuse a buffer that cannot fit on its device (half its free memory at most)."""
-    stats = getattr(device, "memory_stats", lambda: None)()
-    if stats and "bytes_limit" in stats:
-        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-    else:
-        import os
-
-        free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    if nbytes > free // 2:
-        raise ReplayError(
-            f"{what}: the replay buffer needs {nbytes / 2**30:.2f} GiB but {device} has "
-            f"{free / 2**30:.2f} GiB free (at most half of it is used); lower the buffer size"
-        )
-
-
 def init_replay(rows: int, example: Row, frame_stack: int = 1) -> ReplayState:
     """An empty buffer of `rows` rows shaped like `example` (one row, `[num_envs, ...]`), storing
     one frame per row when observations are stacks of `frame_stack` frames."""
@@ -144,11 +128,6 @@ def agent_columns(state: ReplayState, index: int, num_agents: int) -> ReplayStat
     block of columns), as the buffer of a single run over them."""
     width = state.rows.obs.shape[1] // num_agents
     return state._replace(rows=jax.tree.map(lambda x: x[:, index * width:(index + 1) * width], state.rows))
-
-
-def join_columns(parts: list[ReplayState]) -> ReplayState:
-    """The shared buffer from its agents' own (the inverse of `agent_columns`)."""
-    return parts[0]._replace(rows=jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[part.rows for part in parts]))
 
 
 def num_sampleable(state: ReplayState, n_step: int, frame_stack: int = 1) -> jax.Array:

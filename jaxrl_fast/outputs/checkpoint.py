@@ -7,6 +7,9 @@ that counts). It holds three items:
 * `state`: the run state as a flat dict of arrays (keys `00000`, `00001`, ... in tree order;
   their tree paths are in `meta`, so a mismatch is caught and named). PRNG keys are stored as
   their raw key data. EnvPool's simulators cannot be saved: a resumed run starts new episodes.
+* `streamed`: the replay's columns and any other large array, one `.npy` file each under the
+  same keys, written and read back in chunks (`jaxrl_fast.outputs.streamed`): a save or a
+  restore holds the buffer and one chunk, never a second copy of it.
 * `policy`: what evaluation acts with (policy parameters and observation statistics), for
   `load_policy`.
 * `meta`: JSON: step, iterations, the tree paths, and schedule counters.
@@ -87,8 +90,30 @@ def flatten_state(tree: Any) -> tuple[dict[str, Any], list[str]]:
     return flat, [jax.tree_util.keystr(path) for path, _ in leaves]
 
 
+def streams(path: str, leaf: Any) -> bool:
+    """Whether a state's leaf is written in chunks: the replay's columns (whatever their size) and any
+    other array of `STREAM_BYTES` or more."""
+    from jaxrl_fast.outputs.streamed import Slab
+
+    if isinstance(leaf, Slab):
+        return True
+    large = isinstance(leaf, jax.Array) and leaf.nbytes >= STREAM_BYTES
+    return isinstance(leaf, jax.Array) and leaf.ndim >= 2 and (path.startswith(REPLAY_COLUMNS) or large)
+
+
+STREAM_BYTES = 8 * 2**20
+REPLAY_COLUMNS = "['replay'].rows"  # the tree paths of the replay's columns
+
+
 def unflatten_into(template: Any, flat: dict[str, Any], paths: list[str]) -> Any:
-    """Saved arrays in the structure, dtypes and placement of `template` (a freshly built state)."""
+    """Saved arrays in the structure, dtypes and placement of `template` (a freshly built state).
+
+    The replay's streamed columns are read into the template's own buffers, which are donated: they
+    must not be used after (for a --num-seeds agent's `Slab`, the whole buffer comes back, this
+    agent's columns filled). Another streamed array is mapped from its file and placed anew: a
+    template may share one buffer between leaves (a target network built as a copy)."""
+    from jaxrl_fast.outputs.streamed import SavedArray, Slab, fill
+
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     expected = [jax.tree_util.keystr(path) for path, _ in leaves]
     if expected != paths:
@@ -98,12 +123,20 @@ def unflatten_into(template: Any, flat: dict[str, Any], paths: list[str]) -> Any
     out = []
     for i, (_, leaf) in enumerate(leaves):
         saved = flat[f"{i:05d}"]
+        in_place = isinstance(leaf, Slab) or (isinstance(leaf, jax.Array) and expected[i].startswith(REPLAY_COLUMNS))
+        shape = leaf.shape if isinstance(leaf, Slab) else np.shape(leaf)
+        if np.shape(saved) != shape and not is_key(leaf):
+            raise CheckpointError(f"{expected[i]}: saved shape {np.shape(saved)} != {shape}")
+        if in_place and (isinstance(saved, SavedArray) or isinstance(leaf, Slab)):
+            target, column = (leaf.array, leaf.start) if isinstance(leaf, Slab) else (leaf, 0)
+            out.append(fill(target, saved if isinstance(saved, SavedArray) else np.asarray(saved), column))
+            continue
+        if isinstance(saved, SavedArray):  # mapped: read as it is placed
+            saved = saved.load()
         if is_key(leaf):
             value = jax.random.wrap_key_data(jnp.asarray(saved), impl=jax.random.key_impl(leaf))
         else:
-            value = np.asarray(saved).astype(leaf.dtype)
-            if np.shape(value) != np.shape(leaf):
-                raise CheckpointError(f"{expected[i]}: saved shape {np.shape(value)} != {np.shape(leaf)}")
+            value = np.asarray(saved, dtype=leaf.dtype)  # no copy where the dtype is the same (a mapped file)
         out.append(jax.device_put(value, leaf.sharding) if isinstance(leaf, jax.Array) else value)
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -132,24 +165,31 @@ class StackedRestored(NamedTuple):
         return self.parts[0].meta
 
     def into(self, template: dict[str, Any], item: str = "paths") -> dict[str, Any]:
-        agents = [part.into(agent_state(template, k, len(self.parts)), item) for k, part in enumerate(self.parts)]
+        agents = []
+        for k, part in enumerate(self.parts):
+            agents.append(part.into(agent_state(template, k, len(self.parts)), item))
+            if "replay" in template:  # the shared buffer, this agent's columns filled (the one before was donated)
+                template = dict(template, replay=agents[-1]["replay"])
         return join_agents(template, agents)
 
 
 def agent_state(state: dict[str, Any], index: int, num_agents: int) -> dict[str, Any]:
-    """Agent `index`'s part of a --num-seeds run's state (a schedule's snapshot): a single run's state."""
+    """Agent `index`'s part of a --num-seeds run's state (a schedule's snapshot): a single run's
+    state, its replay columns the `Slab`s of the buffer its siblings share (streamed, never copied)."""
     from jaxrl_fast.engine.acting import agent_part
-    from jaxrl_fast.engine.replay import agent_columns
+    from jaxrl_fast.outputs.streamed import Slab
 
     own = {name: agent_part(value, index) for name, value in state.items() if name != "replay"}
     if "replay" in state:  # one buffer, each agent's envs a block of its columns
-        own["replay"] = agent_columns(state["replay"], index, num_agents)
+        replay = state["replay"]
+        width = replay.rows.obs.shape[1] // num_agents
+        own["replay"] = replay._replace(rows=jax.tree.map(lambda x: Slab(x, index * width, width), replay.rows))
     return own
 
 
 def join_agents(template: dict[str, Any], agents: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run's state from its agents' (the inverse of `agent_state`), placed like `template`."""
-    from jaxrl_fast.engine.replay import join_columns
+    """The run's state from its agents' (the inverse of `agent_state`), placed like `template`; the
+    replay is the template's, into which the agents' columns were read."""
 
     def stack(like: Any, *values: Any) -> Any:
         if jnp.ndim(like) == 0:  # a counter the agents share
@@ -159,8 +199,7 @@ def join_agents(template: dict[str, Any], agents: list[dict[str, Any]]) -> dict[
     joined = {name: jax.tree.map(stack, value, *[agent[name] for agent in agents])
               for name, value in template.items() if name != "replay"}
     if "replay" in template:
-        replay = join_columns([agent["replay"] for agent in agents])
-        joined["replay"] = jax.tree.map(lambda like, x: jax.device_put(x, like.sharding), template["replay"], replay)
+        joined["replay"] = agents[-1]["replay"]
     return joined
 
 
@@ -237,16 +276,25 @@ class Checkpointer:
     def save(self, step: int, state: Any, policy: Any, meta: dict[str, Any]) -> None:
         import orbax.checkpoint as ocp
 
-        # Copies on the host before returning: the next training call donates (reuses) the buffers.
+        from jaxrl_fast.outputs.streamed import Slab, orbax_item
+
         flat, paths = flatten_state(state)
+        streamed = {k: v if isinstance(v, Slab) else Slab(v) for k, v, path in zip(flat, flat.values(), paths)
+                    if streams(path, v)}
+        small = {k: v for k, v in flat.items() if k not in streamed}
         policy_flat, policy_paths = flatten_state(policy)
-        flat, policy_flat = jax.tree.map(np.array, host_copy((flat, policy_flat)))
-        meta = dict(meta, step=int(step), paths=paths, policy_paths=policy_paths)
+        # Copies on the host before returning: the next training call donates (reuses) the buffers. The
+        # streamed arrays are written before `save` returns (orbax runs a blocking item in its call).
+        small, policy_flat = jax.tree.map(np.array, host_copy((small, policy_flat)))
+        meta = dict(meta, step=int(step), paths=paths, policy_paths=policy_paths, streamed=sorted(streamed))
+        items = dict(state=ocp.args.StandardSave(small), policy=ocp.args.StandardSave(policy_flat),
+                     meta=ocp.args.JsonSave(meta))
+        if streamed:
+            items["streamed"] = orbax_item().save(streamed)
         quiet = _DropErrors()
         logging.getLogger("absl").addFilter(quiet)
         try:
-            self._manager.save(int(step), args=ocp.args.Composite(
-                state=ocp.args.StandardSave(flat), policy=ocp.args.StandardSave(policy_flat), meta=ocp.args.JsonSave(meta)))
+            self._manager.save(int(step), args=ocp.args.Composite(**items))
             # Wait for the background write: a failure is reported at this step, not at the next save
             # (the host copy above is what the training calls overlapped with; writing it takes little more).
             self._manager.wait_until_finished()
@@ -273,9 +321,13 @@ class Checkpointer:
         step = self._manager.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
-        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                                                  meta=ocp.args.JsonRestore()))
-        return Restored(step, out.meta, dict(out.state))
+        from jaxrl_fast.outputs.streamed import orbax_item
+
+        items = dict(state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore())
+        if (self.directory / str(step) / "streamed").is_dir():  # checkpoints before streaming have none
+            items["streamed"] = orbax_item().restore()
+        out = self._manager.restore(step, args=ocp.args.Composite(**items))
+        return Restored(step, out.meta, dict(out.state) | (dict(out.streamed) if "streamed" in items else {}))
 
     def wait(self) -> None:
         if self._opened is not None:

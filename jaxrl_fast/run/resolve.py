@@ -148,7 +148,9 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
     placement, refusal = None, None
     try:
         placement = place(config)
-        check_devices(config, placement, inputs.spec)
+        warning = check_devices(config, placement, inputs.spec)
+        if warning and primary:
+            log(warning)
         check_video(config)
     except ConfigError as error:
         refusal = str(error)
@@ -200,25 +202,22 @@ def threads(config: TrainConfig, placement: Any) -> int:
     return shard_threads(config, placement.shards, local) * local
 
 
-def check_devices(config: TrainConfig, placement: Any, spec: EnvSpec) -> None:
-    """Sizes that do not split over the data-parallel shards, and a replay buffer that cannot fit
-    where the placement puts it."""
-    from jaxrl_fast.engine.replay import check_fits, replay_nbytes
-    from jaxrl_fast.engine.sharding import shard_sizes_error
+def check_devices(config: TrainConfig, placement: Any, spec: EnvSpec) -> str | None:
+    """Sizes that do not split over the data-parallel shards, and a run that cannot fit in the memory
+    where the placement puts it (`run.memory`); a warning line for one close to the limit."""
+    from jaxrl_fast.env.ids import env_family
+    from jaxrl_fast.run.memory import check_memory
 
+    share, device = 1.0, placement.critic[0]
     if placement.mode == "data":
+        from jaxrl_fast.engine.sharding import local_shards, shard_sizes_error
+
         error = shard_sizes_error(config, placement.shards) or resumed_shards_error(config, placement.shards)
         if error:
             raise ConfigError(error)
-    if config.algo not in OFF_POLICY:
-        return
-    hyper = algo_config(config)
-    nbytes = config.num_seeds * replay_nbytes(hyper.buffer_size, config.num_envs, spec.obs_shape, spec.obs_dtype,
-                                              spec.action_shape, "int32" if spec.discrete else "float32", spec.frame_stack)
-    device = placement.critic[0]
-    if placement.mode == "data":  # each device holds its shard's buffer; this process sees its own devices only
-        nbytes, device = nbytes // placement.shards, placement.acting
-    check_fits(nbytes, device, f"--{config.algo}.buffer-size")
+        # each device holds its shard's buffer; this process sees its own devices only
+        share, device = local_shards(placement) / placement.shards, placement.acting
+    return check_memory(config, spec, env_family(config.env), device, share)
 
 
 def resumed_shards_error(config: TrainConfig, shards: int) -> str | None:
