@@ -42,6 +42,7 @@ class EnvSpec:
     max_episode_steps: int
     obs_dtype: str = "float32"
     frame_stack: int = 1  # observations stack this many frames along their first axis, newest last (Atari)
+    obs_keys: tuple[str, ...] = ()  # a dict observation's keys, flattened in this order into one vector (dm_control)
 
     @property
     def pixels(self) -> bool:

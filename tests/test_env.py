@@ -158,10 +158,11 @@ def test_every_envpool_id_is_trained_or_refused_by_validation_never_crashes():
             family = ids.check_env_id(env_id)
         except EnvError:
             continue
-        spec = envpool.make_spec(env_id)
-        kind = (family, len(spec.observation_space.shape), type(spec.action_space).__name__)
-        kinds.setdefault(kind, env_id)
-    assert {("classic_control", 1, "Discrete"), ("mujoco", 1, "Box"), ("atari", 3, "Discrete")} <= set(kinds)
+        space = envpool.make_spec(env_id).observation_space
+        rank = "dict" if hasattr(space, "spaces") else len(space.shape)  # dicts train flattened
+        kinds.setdefault((family, rank, type(envpool.make_spec(env_id).action_space).__name__), env_id)
+    assert {("classic_control", 1, "Discrete"), ("mujoco", 1, "Box"), ("mujoco", "dict", "Box"),
+            ("atari", 3, "Discrete")} <= set(kinds)
     trained = set()
     for env_id in kinds.values():
         for algo in ALGOS:
@@ -214,3 +215,26 @@ def test_game_scores_count_every_life_unclipped_as_envpool_info_does():
     assert int(finished.count.sum()) == len(games)
     np.testing.assert_allclose(finished.return_sum.sum(), sum(games), rtol=1e-6)
     assert (np.abs(step.reward) <= 1).all() and (step.score > 1).any()  # invaders score 5 to 30 points
+
+
+def test_dm_control_dict_observations_are_flattened_in_key_order_inside_jit_and_on_the_host():
+    import envpool
+
+    xla_env = make_xla_env("WalkerWalk-v1", num_envs=2, num_threads=1, seed=3)
+    spec = xla_env.spec
+    # orientations [14], height [] (a scalar: one column), velocity [9], alphabetically
+    assert spec.obs_keys == ("height", "orientations", "velocity") and spec.obs_shape == (24,)
+    assert spec.obs_dtype == "float32" and not spec.pixels
+    raw = envpool.make("WalkerWalk-v1", env_type="gymnasium", num_envs=2, seed=3)  # EnvPool's own dicts
+    flat = lambda obs: np.concatenate([np.reshape(obs[k], (2, -1)) for k in spec.obs_keys], axis=1)  # noqa: E731
+    np.testing.assert_allclose(xla_env.reset(), flat(raw.reset()[0]), rtol=1e-6)
+    actions = np.random.default_rng(0).uniform(-1, 1, (5, 2, 6)).astype(np.float32)
+    out, _ = rollout(xla_env, jnp.asarray(actions))  # which resets the pool a second time
+    raw.reset()
+    expected = [flat(raw.step(action)[0]) for action in actions]
+    assert out[0].obs.dtype == np.float32 and out[0].obs.shape == (5, 2, 24)
+    np.testing.assert_allclose(out[0].obs, np.stack(expected), rtol=1e-5, atol=1e-6)
+    host = make_pool("WalkerWalk-v1", num_envs=2, num_threads=1, seed=3)  # the evaluator's pool
+    np.testing.assert_allclose(host.reset()[0], flat(envpool.make("WalkerWalk-v1", env_type="gymnasium", num_envs=2,
+                                                                   seed=3).reset()[0]), rtol=1e-6)
+    assert host.observation_space.shape == (24,)

@@ -161,3 +161,30 @@ def test_fused_loop_updates_the_buffer_in_place(algo_name, env_id):
     for program, args in ((loop.run, (state, jnp.int32(4))), (loop.warmup, (state,))):
         hlo = jax.jit(program, donate_argnums=0).lower(*args).compile().as_text()
         assert buffer_sized_copies(hlo, rows // 2) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo, changes", [
+    ("sac", {"total_steps": 4000, "sac": {"learning_starts": 1000}}),
+    ("ppo", {"total_steps": 16384, "num_envs": 8}),
+], ids=["sac", "ppo"])
+def test_a_dm_control_task_trains_from_its_dict_observations_and_its_policy_takes_them(tmp_path, algo, changes):
+    import envpool
+
+    from jaxrl_fast import load_policy
+    from jaxrl_fast.outputs.metrics import read_metrics
+
+    config = make_config("CheetahRun-v1", algo, run_dir=tmp_path / "run", progress="off", eval_interval=0,
+                         log_interval=changes["total_steps"] // 4, **changes)
+    summary = train(config)
+    assert summary["steps"] == changes["total_steps"]
+    lines = [line for line in read_metrics(tmp_path / "run" / "metrics.jsonl") if "sps" in line]
+    loss = "train/critic_loss" if algo == "sac" else "train/value_loss"
+    losses = [line[loss] for line in lines if loss in line]
+    returns = [line["train/episode_return"] for line in lines if "train/episode_return" in line]
+    assert len(losses) >= 2 and np.isfinite(losses).all() and len(set(losses)) > 1  # the learner moved
+    assert len(returns) >= 2 and len(set(returns)) > 1 and all(0 <= r <= 1000 for r in returns)  # dm_control's scale
+    raw = envpool.make("CheetahRun-v1", env_type="gymnasium", num_envs=3, seed=0)  # EnvPool's own dicts
+    obs, _ = raw.reset()
+    policy = load_policy(tmp_path / "run")
+    assert policy(obs).shape == (3, 6) and policy({k: v[0] for k, v in obs.items()}).shape == (6,)

@@ -54,7 +54,7 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
     import tyro
 
     from jaxrl_fast.config.presets import resolve_defaults
-    from jaxrl_fast.env.ids import check_env_id, merge_env_kwargs
+    from jaxrl_fast.env.ids import check_env_id, env_suite, merge_env_kwargs
     from jaxrl_fast.run.resolve import resumed_config
 
     argv = list(argv)
@@ -75,7 +75,7 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
     known, _ = pre.parse_known_args(argv)
     if known.algo not in ALGOS:
         raise ConfigError(f"--algo: unknown algorithm {known.algo!r}; choose from {', '.join(ALGOS)}")
-    defaults = resolve_defaults(known.env, known.algo, check_env_id(known.env))
+    defaults = resolve_defaults(known.env, known.algo, check_env_id(known.env), env_suite(known.env))
     target = cli_config(known.algo)  # the run's flags and --algo's group only
     parsed = tyro.cli(target, default=target(**{f.name: getattr(defaults, f.name) for f in dataclasses.fields(target)}),
                       args=argv, prog=PROG, description=DESCRIPTION)

@@ -42,12 +42,14 @@ def available_presets() -> list[str]:
                   if p.name.endswith(".toml") and p.name != "defaults.toml")
 
 
-def preset_tables(env_id: str, family: str) -> list[tuple[str, dict[str, Any]]]:
-    """The (source, table) pairs that apply to an env, in resolution order."""
+def preset_tables(env_id: str, family: str, suite: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The (source, table) pairs that apply to an env, in resolution order: its family's section,
+    its suite's (dm_control's tasks: `[dm_control]` over `[mujoco]`), its own file."""
     tables = []
     defaults = _read("defaults.toml") or {}
-    if family in defaults:
-        tables.append((f"defaults.toml [{family}]", defaults[family]))
+    for section in (family, suite):
+        if section in defaults:
+            tables.append((f"defaults.toml [{section}]", defaults[section]))
     own = _read(preset_file_name(env_id))
     if own is not None:
         tables.append((preset_file_name(env_id), own))
@@ -84,12 +86,13 @@ def run_keys_of_section(table: dict[str, Any], algo: str) -> dict[str, Any]:
     return hoisted
 
 
-def resolve_defaults(env_id: str, algo: str, family: str) -> TrainConfig:
-    """The TrainConfig an env starts from before command-line flags are applied."""
+def resolve_defaults(env_id: str, algo: str, family: str, suite: str | None = None) -> TrainConfig:
+    """The TrainConfig an env starts from before command-line flags are applied (`suite`: see
+    `preset_tables`)."""
     if algo not in ALGOS:
         raise PresetError(f"--algo: unknown algorithm {algo!r}; choose from {', '.join(ALGOS)}")
     config = TrainConfig(env=env_id, algo=algo)
-    for source, table in preset_tables(env_id, family):
+    for source, table in preset_tables(env_id, family, suite):
         keep = {k: v for k, v in table.items() if k not in ALGOS or k == algo}  # other algos' sections
         keep.update(run_keys_of_section(keep, algo))
         if algo in OFF_POLICY:

@@ -68,15 +68,60 @@ class XlaEnv(NamedTuple):
         return np.asarray(obs, dtype=self.spec.obs_dtype)
 
 
+def observation_keys_of(space: Any) -> tuple[str, ...]:
+    """The keys of a dict observation space in the order they are flattened (sorted by name), or ()
+    for one array."""
+    return tuple(sorted(getattr(space, "spaces", {}) or ()))
+
+
+def flatten_observations(obs: Any, keys: Sequence[str]) -> Any:
+    """A dict of `[N, *shape_k]` arrays (numpy or jax) as one float32 `[N, sum_k prod(shape_k)]`,
+    its keys in `keys`' order (each key's array row-major, a scalar one column)."""
+    xp = jnp if isinstance(obs[keys[0]], jax.Array) else np
+    return xp.concatenate([xp.reshape(obs[k], (obs[k].shape[0], -1)).astype(xp.float32) for k in keys], axis=-1)
+
+
+class FlatObservations:
+    """An EnvPool pool whose dict observations (dm_control's) come as one float32 vector each: the
+    keys' arrays flattened and concatenated in `keys` order. Everything else is the pool's own."""
+
+    def __init__(self, pool: Any, keys: tuple[str, ...]):
+        import gymnasium
+
+        self._pool, self.keys = pool, keys
+        size = sum(int(np.prod(pool.observation_space[k].shape)) for k in keys)
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+
+    @property
+    def single_observation_space(self) -> Any:
+        return self.observation_space
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def reset(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, Any]:
+        obs, info = self._pool.reset(*args, **kwargs)
+        return flatten_observations(obs, self.keys), info
+
+    def step(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        obs, *rest = self._pool.step(*args, **kwargs)
+        return (flatten_observations(obs, self.keys), *rest)
+
+    def recv(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        obs, *rest = self._pool.recv(*args, **kwargs)
+        return (flatten_observations(obs, self.keys), *rest)
+
+
 def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], batch_size: int = 0,
               **options: Any) -> Any:
     """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
     `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
-    Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env)."""
+    Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env).
+    Dict observations come flat (`FlatObservations`)."""
     check_env_id(env_id)  # registers the id's family (and imports EnvPool)
     import envpool
 
-    return envpool.make(
+    pool = envpool.make(
         env_id,
         env_type="gymnasium",
         num_envs=num_envs,
@@ -85,6 +130,8 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence
         seed=[int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else int(seed),
         **options,
     )
+    keys = observation_keys_of(pool.observation_space)
+    return FlatObservations(pool, keys) if keys else pool
 
 
 def agent_env_seeds(seed: int, num_agents: int, num_envs: int) -> list[int]:
@@ -117,6 +164,7 @@ def spec_of(pool: Any, env_id: str) -> EnvSpec:
         max_episode_steps=int(pool.config["max_episode_steps"]),
         obs_dtype="uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32",
         frame_stack=int(pool.config.get("stack_num", 1)) if env_family(env_id) in PIXEL_FAMILIES else 1,
+        obs_keys=pool.keys if isinstance(pool, FlatObservations) else (),
     )
 
 
@@ -213,7 +261,9 @@ def make_xla_env(
     state_dtypes = {k: d for k, (d, _) in zip(state_keys, recv_specs[1][1:])}
     action_keys = list(pool._spec._action_keys)
     action_dtypes = [d for d, _ in send_specs[0][1:]]
-    for key in ("obs", "reward", "done", "trunc", "elapsed_step"):
+    flat = isinstance(pool, FlatObservations)
+    obs_keys = [f"obs:{k}" for k in pool.keys] if flat else ["obs"]
+    for key in (*obs_keys, "reward", "done", "trunc", "elapsed_step"):
         if key not in state_dtypes:
             raise EnvError(f"EnvPool {env_id}: state field {key!r} missing from {state_keys}")
     if action_keys[-1] != "action" or len(action_keys) != len(action_dtypes):
@@ -232,7 +282,7 @@ def make_xla_env(
         terminated, truncated = end_flags(state["done"].astype(bool), state["trunc"].astype(bool), elapsed, max_steps)
         reward = state["reward"].astype(jnp.float32)
         out = Step(
-            obs=state["obs"].astype(spec.obs_dtype),
+            obs=flatten_observations(state, obs_keys) if flat else state["obs"].astype(spec.obs_dtype),
             reward=reward,
             terminated=terminated,
             truncated=truncated,

@@ -405,7 +405,8 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     """The deterministic policy of a run's newest (or given) checkpoint: observations -> actions.
 
     Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
-    env's action space. Needs the run directory only: no environment, trainer or EnvPool pool.
+    env's action space. A dict-observation env's policy (dm_control) also takes EnvPool's dict, one
+    observation or a batch, and flattens it as training did (keys in `spec.obs_keys` order). Needs the run directory only: no environment, trainer or EnvPool pool.
     Raises CheckpointError for a step that was not saved (listing those that were) and, when
     called, for observations of another shape (naming the expected one).
     """
@@ -442,7 +443,9 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
     payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
     act = jax.jit(functools.partial(deterministic_policy(algo, env_options(config)), payload))
 
-    def policy(obs: np.ndarray) -> np.ndarray:
+    def policy(obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
+        if isinstance(obs, dict) and spec.obs_keys:
+            obs = flat_observation(obs, spec)
         obs = np.asarray(obs, spec.obs_dtype)  # uint8 frames stay uint8: the encoder scales them
         check_observation_shape(obs.shape, tuple(spec.obs_shape), spec.env_id)
         single = obs.shape == tuple(spec.obs_shape)
@@ -451,6 +454,21 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
 
     policy.step = step  # which checkpoint it came from
     return policy
+
+
+def flat_observation(obs: dict[str, Any], spec: Any) -> np.ndarray:
+    """EnvPool's dict observation (one, or a batch `[N, ...]` per key) as the vector(s) the policy
+    trained on; a batch of one reads as one observation."""
+    from jaxrl_fast.env.envpool import flatten_observations
+
+    missing = [k for k in spec.obs_keys if k not in obs]
+    if missing:
+        raise CheckpointError(f"load_policy: the observation lacks {', '.join(missing)}; this policy ({spec.env_id}) "
+                              f"takes a dict of {', '.join(spec.obs_keys)}")
+    single = sum(np.size(obs[k]) for k in spec.obs_keys) == spec.obs_shape[0]
+    rows = 1 if single else np.shape(obs[spec.obs_keys[0]])[0]
+    flat = flatten_observations({k: np.reshape(np.asarray(obs[k]), (rows, -1)) for k in spec.obs_keys}, spec.obs_keys)
+    return flat[0] if single else flat
 
 
 def check_observation_shape(shape: tuple[int, ...], expected: tuple[int, ...], env_id: str) -> None:

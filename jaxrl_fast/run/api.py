@@ -89,9 +89,9 @@ def requested_config(config: TrainConfig | None, resume: str | Path | None, over
 def preset_config(env: str, algo: str) -> TrainConfig:
     """The config an env's preset gives an algorithm (what the CLI's flags apply over)."""
     from jaxrl_fast.config.presets import resolve_defaults
-    from jaxrl_fast.env.ids import check_env_id
+    from jaxrl_fast.env.ids import check_env_id, env_suite
 
-    return resolve_defaults(env, algo, check_env_id(env))
+    return resolve_defaults(env, algo, check_env_id(env), env_suite(env))
 
 
 def with_env_kwargs(config: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:

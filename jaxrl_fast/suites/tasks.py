@@ -15,6 +15,13 @@ outcome, not a recipe.
 The Atari suite's references are CleanRL's EnvPool agents on the same v5 ids at 10M agent steps
 (40M frames): `ppo_atari_envpool_xla_jax` (its docs' table) and its PQN; their thresholds are the
 scores the Atari literature calls solved for Pong (20) and strong for Breakout (400).
+
+The dm_control suite's references are the SAC baseline TD-MPC2 released (Hansen et al. 2024,
+github.com/nicklashansen/tdmpc2 `results/sac/<task>.csv`, commit add30b5): the mean and std over its
+3 seeds of the evaluation return at 1M steps of its step column. TD-MPC2's dm_control wrapper
+repeats each action twice (`ActionRepeatWrapper(env, 2)`) and EnvPool's does not, so its 1M steps
+are not ours one for one: the row marks what SAC reaches on the task, as the zoo's do. dm_control
+sets no solved threshold.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ THRESHOLDS = {
 }
 
 CLEANRL = "CleanRL docs, ppo_atari_envpool_xla_jax and pqn_atari_envpool, Atari v5, 10M agent steps"
+
+
+TDMPC2 = "TD-MPC2 results/sac (commit add30b5), 3 seeds at 1M steps, action repeat 2"
 
 
 def cleanrl(algo: str, env: str, value: float) -> Task:
@@ -114,6 +124,12 @@ SUITES: dict[str, list[Task]] = {
         ("td3", "Swimmer-v4", 359.127, 1.244, 1_000_000),
         ("ppo", "Swimmer-v4", 281.561, 9.671, 1_000_000),
     ], v3=True),
+    "dm_control": [
+        Task("CheetahRun-v1", "sac", 1_000_000, Reference(730.1, 2.6, 1_000_000, f"{TDMPC2}: cheetah-run", "TD-MPC2's SAC"),
+             None),
+        Task("WalkerWalk-v1", "sac", 1_000_000, Reference(957.3, 3.0, 1_000_000, f"{TDMPC2}: walker-walk", "TD-MPC2's SAC"),
+             None),
+    ],
     "atari": [
         cleanrl("ppo", "Pong-v5", 20.8),
         cleanrl("ppo", "Breakout-v5", 421.0),
