@@ -14,7 +14,8 @@ def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):
     """Each task's flags (env id, algorithm, budget, preset) pass the trainer's own validation."""
     for suite, tasks in SUITES.items():
         check_tasks(tasks, num_seeds=4, budget_scale=1.0, out=tmp_path / suite)
-        assert all(task.reference.source.startswith("CleanRL" if suite == "atari" else "rl-baselines3-zoo") for task in tasks)
+        source = {"atari": "CleanRL", "dm_control": "TD-MPC2"}.get(suite, "rl-baselines3-zoo")
+        assert all(task.reference.source.startswith(source) for task in tasks)
     assert not any(tmp_path.iterdir())  # nothing is written before a task trains
 
 
