@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from jaxrl_fast.types import ConfigError
 
 # Families whose observations are flat vectors an MLP can take, and those of stacked uint8 frames.
-VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text")
+VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text", "minigrid")  # minigrid: dicts, flattened
 
 
 PIXEL_FAMILIES = ("atari",)
