@@ -7,8 +7,12 @@ import subprocess
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+
 import jaxrl_fast
 from jaxrl_fast.config.overrides import with_overrides
+from jaxrl_fast.env.episodes import init_episode_state, track_episodes
 from jaxrl_fast.run.api import preset_config, with_env_kwargs
 from jaxrl_fast.run.loop import run_training
 from jaxrl_fast.run.resolve import check_inputs, on_devices, resolve
@@ -64,3 +68,19 @@ def wait_for(predicate, proc, timeout=300.0):
         assert proc.poll() is None, proc.stdout.read()
         assert time.time() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def rollout(xla_env, actions):
+    """Step a real EnvPool batch inside one jitted scan; returns the Step fields and episode flags."""
+
+    def body(carry, action):
+        handle, episodes = carry
+        handle, step = xla_env.step(handle, action)
+        reset_step = episodes.reset_step
+        episodes, finished = track_episodes(episodes, step)
+        return (handle, episodes), (step, reset_step, finished)
+
+    xla_env.reset()
+    run = jax.jit(lambda h, a: jax.lax.scan(body, (h, init_episode_state(xla_env.spec.num_envs)), a))
+    (_, episodes), out = run(jnp.asarray(xla_env.handle), actions)
+    return jax.device_get(out), jax.device_get(episodes)

@@ -5,24 +5,8 @@ import pytest
 
 from jaxrl_fast.env import ids, wire
 from jaxrl_fast.env.envpool import make_pool, make_xla_env
-from jaxrl_fast.env.episodes import init_episode_state, track_episodes
 from jaxrl_fast.env.ids import EnvError
-
-
-def rollout(xla_env, actions):
-    """Step a real EnvPool batch inside one jitted scan; returns the Step fields and episode flags."""
-
-    def body(carry, action):
-        handle, episodes = carry
-        handle, step = xla_env.step(handle, action)
-        reset_step = episodes.reset_step
-        episodes, finished = track_episodes(episodes, step)
-        return (handle, episodes), (step, reset_step, finished)
-
-    xla_env.reset()
-    run = jax.jit(lambda h, a: jax.lax.scan(body, (h, init_episode_state(xla_env.spec.num_envs)), a))
-    (_, episodes), out = run(jnp.asarray(xla_env.handle), actions)
-    return jax.device_get(out), jax.device_get(episodes)
+from support import rollout
 
 
 @pytest.mark.parametrize(

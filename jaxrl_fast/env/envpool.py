@@ -117,7 +117,13 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence
     """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
     `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
     Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env).
-    Dict observations come flat (`FlatObservations`)."""
+    Dict observations come flat (`FlatObservations`). An id of the Gymnasium backend gives its pool."""
+    if ":" in env_id:
+        from jaxrl_fast.env.gymnasium_env import GymEnvError, GymPool
+
+        if 0 < batch_size < num_envs:
+            raise GymEnvError(f"{env_id}: EnvPool's async mode (--env-batch-size) needs an EnvPool id")
+        return GymPool(env_id, num_envs, seed, **options)
     check_env_id(env_id)  # registers the id's family (and imports EnvPool)
     import envpool
 
@@ -183,6 +189,13 @@ def probe_gpu_step(env_id: str, options: dict[str, Any] | None = None) -> bool:
 @functools.lru_cache(maxsize=None)
 def _probe(env_id: str, options: tuple[tuple[str, Any], ...]) -> tuple[EnvSpec, bool]:
     pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0, **dict(options))
+    if ":" in env_id:  # the Gymnasium backend: host envs, no XLA step of EnvPool's
+        from jaxrl_fast.env.gymnasium_env import spec_of as gym_spec
+
+        try:
+            return gym_spec(pool, env_id), False
+        finally:
+            pool.close()
     try:
         native = {name: entry for name, entry in pool._xla()}
         return spec_of(pool, env_id), all(native[name][2][1] is not None for name in ("recv", "send"))
@@ -249,7 +262,11 @@ def make_xla_env(
     env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], **options: Any
 ) -> XlaEnv:
     """Build the pool and its jittable `step`. Rewards arrive as float32, observations as float32
-    or, for images, uint8."""
+    or, for images, uint8. An id of the Gymnasium backend gives its `GymXlaEnv`."""
+    if ":" in env_id:
+        from jaxrl_fast.env.gymnasium_env import make_gym_xla_env
+
+        return make_gym_xla_env(env_id, num_envs, seed, **options)
     pool = make_pool(env_id, num_envs, num_threads, seed, **options)
     spec = spec_of(pool, env_id)
     native = {name: entry for name, entry in pool._xla()}

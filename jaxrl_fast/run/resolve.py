@@ -75,6 +75,7 @@ def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool
     spec = dataclasses.replace(probe_spec(config.env, options), num_envs=config.num_envs)
     check_actions(config, spec)  # the most basic mismatch first: no size makes SAC act in CartPole
     check_observations(config, spec)
+    check_backend(config, spec)
     validate(config)
     if run_dir and config.resume is None:
         directory = Path(config.run_dir) if config.run_dir else default_run_dir(config.env, config.algo, config.seed)
@@ -100,6 +101,21 @@ def check_actions(config: TrainConfig, spec: EnvSpec) -> None:
         raise ConfigError(error)
     if spec.discrete and getattr(algo_config(config), "use_sde", False):
         raise ConfigError(f"--{config.algo}.use-sde needs continuous actions; {config.env} has discrete actions")
+
+
+def check_backend(config: TrainConfig, spec: EnvSpec) -> None:
+    """What the Gymnasium backend's host envs cannot do (docs/env-adapter.md lists it)."""
+    if spec.family != "gymnasium":
+        return
+    refusals = [
+        (config.env_batch_size, "--env-batch-size: EnvPool's async mode needs an EnvPool id"),
+        (config.data_parallel, "--data-parallel: each process would step its own Python envs; use an EnvPool id"),
+        (config.calibrate or config.recalibrate, "--calibrate measures EnvPool's pools; give --num-envs yourself"),
+        (config.video_interval, "--video-interval films EnvPool's renders; a Gymnasium env's run has no video"),
+    ]
+    for refused, message in refusals:
+        if refused:
+            raise ConfigError(f"{message} ({config.env} is a Gymnasium environment)")
 
 
 def check_observations(config: TrainConfig, spec: EnvSpec) -> None:

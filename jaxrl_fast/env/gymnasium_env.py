@@ -1,0 +1,195 @@
+"""The Gymnasium backend: a Python environment, Gymnasium's registered ids or the user's own class,
+stepped on the host as a vector environment and called from the jitted loops.
+
+An id takes this backend by its form:
+
+* `gym:LunarLander-v3`: an id of Gymnasium's registry (close matches when it is not one);
+* `my_package.envs:MyEnv`: a module path, a colon, and a `gymnasium.Env` class or a factory
+  returning one (built with the `--env-kwargs` options as keyword arguments).
+
+The envs run in Gymnasium's `SyncVectorEnv` with its `NEXT_STEP` autoreset, which is EnvPool's
+convention: the step that ends an episode returns its final observation, and the next step of that
+env is a reset step (its action ignored, reward 0) that returns the new episode's first
+observation. So a transition never spans a reset, and the engine's reset-step mask applies as it
+does to EnvPool. Inside a jitted loop the step is an `io_callback` (ordered), so every schedule that
+drives an `XlaEnv` drives these envs too; the acting stays jitted, the stepping is Python's.
+
+Observations are float32 vectors (a Box of any shape is flattened; a Dict of Boxes is flattened in
+key order, as EnvPool's dicts are); actions are a Discrete or a Box.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import importlib
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_fast.types import ConfigError, EnvSpec, Step
+
+FAMILY = "gymnasium"
+DEFAULT_MAX_STEPS = 1000  # the time limit of a class that sets none
+
+
+class GymEnvError(ConfigError):
+    pass
+
+
+def is_gymnasium_id(env_id: str) -> bool:
+    """`gym:<id>` or `module.path:Name`: anything with a colon (EnvPool's ids have none)."""
+    return ":" in env_id
+
+
+def _registered(name: str) -> Any:
+    import gymnasium
+
+    if name not in gymnasium.registry:
+        close = difflib.get_close_matches(name, list(gymnasium.registry), n=5, cutoff=0.6)
+        hint = f" Did you mean: {', '.join('gym:' + c for c in close)}?" if close else ""
+        raise GymEnvError(f"--env: {name!r} is not an id of Gymnasium's registry.{hint}")
+    return gymnasium.registry[name]
+
+
+def constructor(env_id: str) -> tuple[Callable[..., Any], int]:
+    """A callable making one env of `env_id` from keyword options, and its time limit."""
+    import gymnasium
+
+    prefix, name = env_id.split(":", 1)
+    if prefix == "gym":
+        spec = _registered(name)
+        return functools.partial(gymnasium.make, name), int(spec.max_episode_steps or DEFAULT_MAX_STEPS)
+    try:
+        module = importlib.import_module(prefix)
+    except ImportError as error:
+        raise GymEnvError(f"--env: cannot import {prefix!r} for {env_id!r} ({error}); the forms are an EnvPool id, "
+                          f"gym:<Gymnasium id> or module.path:ClassOrFactory") from error
+    if not hasattr(module, name):
+        close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=3)
+        hint = f" Did you mean: {', '.join(f'{prefix}:{c}' for c in close)}?" if close else ""
+        raise GymEnvError(f"--env: {prefix} has no {name!r}.{hint}")
+    make = getattr(module, name)
+
+    def made(**options: Any) -> Any:
+        env = make(**options)
+        if not isinstance(env, gymnasium.Env):
+            raise GymEnvError(f"--env: {env_id} made a {type(env).__name__}, not a gymnasium.Env")
+        limit = env.spec.max_episode_steps if env.spec is not None else None
+        return env if limit else gymnasium.wrappers.TimeLimit(env, DEFAULT_MAX_STEPS)
+
+    return made, DEFAULT_MAX_STEPS
+
+
+def observation_keys_of(space: Any) -> tuple[str, ...]:
+    return tuple(sorted(space.spaces)) if hasattr(space, "spaces") else ()
+
+
+def flatten(obs: Any, keys: tuple[str, ...], num_envs: int) -> np.ndarray:
+    if keys:
+        return np.concatenate([np.reshape(obs[k], (num_envs, -1)) for k in keys], axis=1).astype(np.float32)
+    return np.reshape(obs, (num_envs, -1)).astype(np.float32)
+
+
+class GymPool:
+    """`num_envs` envs in a `SyncVectorEnv` (NEXT_STEP autoreset), seeded `seed + i`, with the
+    surface the engine uses of an EnvPool pool: `reset()`, `step(actions)`, spaces and `config`."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any):
+        import gymnasium
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+        make, limit = constructor(env_id)
+        try:
+            self.vector = SyncVectorEnv([functools.partial(make, **options) for _ in range(num_envs)],
+                                        autoreset_mode=AutoresetMode.NEXT_STEP)
+        except TypeError as error:  # an option the constructor does not take
+            raise GymEnvError(f"--env-kwargs: {env_id} refused its options: {error}") from error
+        single = self.vector.single_observation_space
+        self.keys = observation_keys_of(single)
+        spaces = [single.spaces[k] for k in self.keys] if self.keys else [single]
+        if not all(isinstance(s, gymnasium.spaces.Box) for s in spaces):
+            raise GymEnvError(f"--env: {env_id} observes {single}; this backend takes a Box or a Dict of Boxes")
+        action = self.vector.single_action_space
+        if not isinstance(action, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
+            raise GymEnvError(f"--env: {env_id} acts in {action}; this backend takes a Discrete or a Box")
+        size = sum(int(np.prod(s.shape)) for s in spaces)
+        self.single_observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        self.single_action_space = action
+        self.num_envs = num_envs
+        self.seeds = [int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else [seed + i for i in range(num_envs)]
+        self.limit = int(self.vector.envs[0].spec.max_episode_steps or limit) if self.vector.envs[0].spec else limit
+        self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.limit}  # EnvPool's keys; one host thread
+        self.elapsed = np.zeros(num_envs, np.int32)
+        self.ended = np.zeros(num_envs, bool)
+
+    def reset(self) -> tuple[np.ndarray, dict]:
+        obs, info = self.vector.reset(seed=self.seeds)
+        self.elapsed[:], self.ended[:] = 0, False
+        return flatten(obs, self.keys, self.num_envs), info
+
+    def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        obs, reward, terminated, truncated, info = self.vector.step(np.asarray(action))
+        # NEXT_STEP: an env that ended on the last call was reset by this one (elapsed 0, reward 0)
+        self.elapsed = np.where(self.ended, 0, self.elapsed + 1).astype(np.int32)
+        self.ended = np.asarray(terminated | truncated)
+        info = dict(info, elapsed_step=self.elapsed.copy())
+        return (flatten(obs, self.keys, self.num_envs), np.asarray(reward, np.float32), np.asarray(terminated, bool),
+                np.asarray(truncated, bool), info)
+
+    def close(self) -> None:
+        self.vector.close()
+
+
+def spec_of(pool: GymPool, env_id: str) -> EnvSpec:
+    space = pool.single_action_space
+    discrete = hasattr(space, "n")
+    return EnvSpec(
+        env_id=env_id, family=FAMILY, num_envs=pool.num_envs, obs_shape=pool.single_observation_space.shape,
+        discrete=discrete, num_actions=int(space.n) if discrete else 0,
+        action_shape=() if discrete else tuple(space.shape),
+        action_low=() if discrete else tuple(float(x) for x in np.asarray(space.low, np.float64).reshape(-1)),
+        action_high=() if discrete else tuple(float(x) for x in np.asarray(space.high, np.float64).reshape(-1)),
+        max_episode_steps=pool.limit, obs_keys=pool.keys)
+
+
+@dataclasses.dataclass
+class GymXlaEnv:
+    """A `GymPool` seen from jitted code as an `XlaEnv`: `step(handle, action)` is an ordered
+    `io_callback` into the host envs; the handle is a token threaded through, as EnvPool's is."""
+
+    spec: EnvSpec
+    pool: GymPool
+    handle: np.ndarray
+    step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
+    has_gpu_step: bool = False
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def reset(self) -> np.ndarray:
+        return self.pool.reset()[0]
+
+
+def make_gym_xla_env(env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any) -> GymXlaEnv:
+    pool = GymPool(env_id, num_envs, seed, **options)
+    spec = spec_of(pool, env_id)
+    n = num_envs
+    shapes = (jax.ShapeDtypeStruct((n, *spec.obs_shape), jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32),
+              jax.ShapeDtypeStruct((n,), jnp.bool_), jax.ShapeDtypeStruct((n,), jnp.bool_),
+              jax.ShapeDtypeStruct((n,), jnp.int32))
+
+    def host_step(action: np.ndarray) -> tuple[np.ndarray, ...]:
+        obs, reward, terminated, truncated, info = pool.step(action)
+        return obs, reward, terminated, truncated, info["elapsed_step"]
+
+    def step(handle: jax.Array, action: jax.Array) -> tuple[jax.Array, Step]:
+        from jax.experimental import io_callback
+
+        obs, reward, terminated, truncated, elapsed = io_callback(host_step, shapes, action, ordered=True)
+        done = terminated | truncated
+        return handle, Step(obs=obs, reward=reward, terminated=terminated, truncated=truncated & ~terminated,
+                            elapsed_step=elapsed, score=reward, game_over=done)
+
+    return GymXlaEnv(spec, pool, np.zeros(8, np.uint8), step, options=dict(options))

@@ -1,0 +1,34 @@
+"""A user's own Gymnasium environment, as a test writes one: the Gymnasium backend trains it by its
+id `custom_envs:PointToTarget` (tests/ is on the path)."""
+
+import gymnasium
+import numpy as np
+
+
+class PointToTarget(gymnasium.Env):
+    """A point on a line, pushed by the action, paid the negative distance to a target each step.
+
+    Observation: [position, target], both in [-1, 1]; action: a push in [-1, 1] (x 0.2). An episode is
+    40 steps (a time limit set by the class). Staying put scores 40 x the mean distance between two
+    uniform points, about -27; heading for the target and staying there scores about -2.
+    """
+
+    def __init__(self, speed: float = 0.2):
+        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.speed = speed
+        self.spec = gymnasium.envs.registration.EnvSpec("PointToTarget-v0", max_episode_steps=40)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.target = self.np_random.uniform(-1, 1, 2)
+        self.steps = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.position = float(np.clip(self.position + self.speed * float(np.asarray(action).reshape(-1)[0]), -1, 1))
+        self.steps += 1
+        return self._obs(), -abs(self.position - self.target), False, self.steps >= 40, {}
+
+    def _obs(self):
+        return np.array([self.position, self.target], np.float32)

@@ -1,0 +1,73 @@
+"""The Gymnasium backend: Gymnasium's registered ids (`gym:<id>`) and the user's own class
+(`module:Class`) trained through the same API and CLI as EnvPool's ids."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_fast
+from jaxrl_fast.cli.train import main
+from jaxrl_fast.env.envpool import make_pool, make_xla_env
+from support import rollout
+
+CUSTOM = "custom_envs:PointToTarget"  # tests/custom_envs.py
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo, steps", [("ppo", 60_000), ("sac", 6_000)])
+def test_a_users_own_gymnasium_class_trains_through_the_api(tmp_path, algo, steps):
+    # staying put scores about -27, heading for the target about -2
+    result = jaxrl_fast.train(env=CUSTOM, algo=algo, total_steps=steps, progress="off", run_dir=tmp_path / "run")
+    assert result.summary["final_eval_return_mean"] > -8.0, result.summary
+    policy = jaxrl_fast.load_policy(tmp_path / "run")
+    assert policy(np.array([[0.0, 0.5], [0.5, -0.5]], np.float32)).shape == (2, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [{"schedule": "async"}, {"num_seeds": 2}], ids=["async", "num-seeds"])
+def test_the_async_actors_and_many_seeds_step_python_envs_too(tmp_path, flags):
+    result = jaxrl_fast.train(env=CUSTOM, algo="sac", total_steps=4_000, sac={"learning_starts": 1_000}, progress="off",
+                              run_dir=tmp_path / "run", **flags)
+    finals = np.atleast_1d(result.summary["final_eval_return_mean"])  # one per seed
+    assert len(finals) == flags.get("num_seeds", 1) and (finals > -8.0).all(), result.summary
+
+
+@pytest.mark.slow
+def test_gymnasium_cartpole_learns_with_ppo(tmp_path):
+    result = jaxrl_fast.train(env="gym:CartPole-v1", algo="ppo", total_steps=50_000, progress="off",
+                              run_dir=tmp_path / "run")
+    assert result.summary["final_eval_return_mean"] >= 300, result.summary
+
+
+def test_no_transition_spans_a_reset_the_step_after_an_end_is_a_reset_step():
+    xla_env = make_xla_env(CUSTOM, num_envs=2, num_threads=1, seed=0)
+    assert xla_env.spec.family == "gymnasium" and xla_env.spec.max_episode_steps == 40
+    out, _ = rollout(xla_env, jnp.ones((100, 2, 1), jnp.float32))
+    step, reset_step, _ = out
+    ends = np.flatnonzero(step.truncated[:, 0])
+    assert list(ends) == [39, 80]  # 40 steps, a reset step, 40 steps
+    assert reset_step[40, 0] and reset_step[81, 0] and not reset_step[:40, 0].any()
+    assert step.reward[40, 0] == 0.0 and step.elapsed_step[40, 0] == 0 and step.elapsed_step[41, 0] == 1
+    # the reset step's observation is the new episode's first; the host pool agrees step for step
+    pool = make_pool(CUSTOM, num_envs=2, num_threads=1, seed=0)
+    pool.reset()
+    host = [pool.step(np.ones((2, 1), np.float32)) for _ in range(100)]
+    np.testing.assert_allclose(np.stack([h[0] for h in host]), step.obs, rtol=1e-6)
+    np.testing.assert_array_equal(np.stack([h[3] for h in host]), step.truncated)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "gym:CartPol-v1"], "not an id of Gymnasium's registry. Did you mean: gym:CartPole-v1"),
+    (["--env", "no_such_module:Env"], "cannot import 'no_such_module'"),
+    (["--env", "custom_envs:PointToTargt"], "custom_envs has no 'PointToTargt'. Did you mean: custom_envs:PointToTarget"),
+    (["--env", CUSTOM, "--algo", "sac", "--video-interval", "1"], "a Gymnasium env's run has no video"),
+    (["--env", CUSTOM, "--algo", "sac", "--calibrate"], "give --num-envs yourself"),
+    (["--env", CUSTOM, "--algo", "dqn"], "continuous actions"),
+    (["--env", CUSTOM, "--env-kwargs", "speedd=0.5"], "refused its options"),
+])
+def test_a_wrong_gymnasium_id_or_flag_gets_one_line(tmp_path, capsys, args, message):
+    run_dir = tmp_path / "run"
+    assert main([*args, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not run_dir.exists()
