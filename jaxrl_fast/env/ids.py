@@ -100,7 +100,8 @@ def unknown_env_message(env_id: str) -> str:
         lowered = {k.lower(): k for k in known}
         close = [lowered[k] for k in difflib.get_close_matches(env_id.lower(), list(lowered), n=5, cutoff=0.5)]
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    return f"--env: unknown EnvPool id {env_id!r}.{hint} (envpool.list_all_envs() lists all {len(known)}.)"
+    return (f"--env: unknown EnvPool id {env_id!r}.{hint} (envpool.list_all_envs() lists all {len(known)}; "
+            f"gym:<id> takes Gymnasium's registry, module.path:Class your own gymnasium.Env.)")
 
 
 def check_env_id(env_id: str) -> str:
