@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import ffi
 
-from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family
+from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family, is_gymnasium_id
+from jaxrl_fast.env.spaces import flatten_observations, observation_keys_of
 from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
 from jaxrl_fast.types import EnvSpec, Step
 
@@ -66,19 +67,6 @@ class XlaEnv(NamedTuple):
     def reset(self) -> np.ndarray:
         obs, _ = self.pool.reset()
         return np.asarray(obs, dtype=self.spec.obs_dtype)
-
-
-def observation_keys_of(space: Any) -> tuple[str, ...]:
-    """The keys of a dict observation space in the order they are flattened (sorted by name), or ()
-    for one array."""
-    return tuple(sorted(getattr(space, "spaces", {}) or ()))
-
-
-def flatten_observations(obs: Any, keys: Sequence[str]) -> Any:
-    """A dict of `[N, *shape_k]` arrays (numpy or jax) as one float32 `[N, sum_k prod(shape_k)]`,
-    its keys in `keys`' order (each key's array row-major, a scalar one column)."""
-    xp = jnp if isinstance(obs[keys[0]], jax.Array) else np
-    return xp.concatenate([xp.reshape(obs[k], (obs[k].shape[0], -1)).astype(xp.float32) for k in keys], axis=-1)
 
 
 class FlatObservations:
@@ -118,7 +106,7 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence
     `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
     Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env).
     Dict observations come flat (`FlatObservations`). An id of the Gymnasium backend gives its pool."""
-    if ":" in env_id:
+    if is_gymnasium_id(env_id):
         from jaxrl_fast.env.gymnasium_env import GymEnvError, GymPool
 
         if 0 < batch_size < num_envs:
@@ -189,7 +177,7 @@ def probe_gpu_step(env_id: str, options: dict[str, Any] | None = None) -> bool:
 @functools.lru_cache(maxsize=None)
 def _probe(env_id: str, options: tuple[tuple[str, Any], ...]) -> tuple[EnvSpec, bool]:
     pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0, **dict(options))
-    if ":" in env_id:  # the Gymnasium backend: host envs, no XLA step of EnvPool's
+    if is_gymnasium_id(env_id):  # the Gymnasium backend: host envs, no XLA step of EnvPool's
         from jaxrl_fast.env.gymnasium_env import spec_of as gym_spec
 
         try:
@@ -263,7 +251,7 @@ def make_xla_env(
 ) -> XlaEnv:
     """Build the pool and its jittable `step`. Rewards arrive as float32, observations as float32
     or, for images, uint8. An id of the Gymnasium backend gives its `GymXlaEnv`."""
-    if ":" in env_id:
+    if is_gymnasium_id(env_id):
         from jaxrl_fast.env.gymnasium_env import make_gym_xla_env
 
         return make_gym_xla_env(env_id, num_envs, seed, **options)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_fast.env.spaces import flatten_observations, observation_keys_of
 from jaxrl_fast.types import ConfigError, EnvSpec, Step
 
 FAMILY = "gymnasium"
@@ -38,11 +39,6 @@ DEFAULT_MAX_STEPS = 1000  # the time limit of a class that sets none
 
 class GymEnvError(ConfigError):
     pass
-
-
-def is_gymnasium_id(env_id: str) -> bool:
-    """`gym:<id>` or `module.path:Name`: anything with a colon (EnvPool's ids have none)."""
-    return ":" in env_id
 
 
 def _registered(name: str) -> Any:
@@ -84,16 +80,6 @@ def constructor(env_id: str) -> tuple[Callable[..., Any], int]:
     return made, DEFAULT_MAX_STEPS
 
 
-def observation_keys_of(space: Any) -> tuple[str, ...]:
-    return tuple(sorted(space.spaces)) if hasattr(space, "spaces") else ()
-
-
-def flatten(obs: Any, keys: tuple[str, ...], num_envs: int) -> np.ndarray:
-    if keys:
-        return np.concatenate([np.reshape(obs[k], (num_envs, -1)) for k in keys], axis=1).astype(np.float32)
-    return np.reshape(obs, (num_envs, -1)).astype(np.float32)
-
-
 class GymPool:
     """`num_envs` envs in a `SyncVectorEnv` (NEXT_STEP autoreset), seeded `seed + i`, with the
     surface the engine uses of an EnvPool pool: `reset()`, `step(actions)`, spaces and `config`."""
@@ -129,7 +115,7 @@ class GymPool:
     def reset(self) -> tuple[np.ndarray, dict]:
         obs, info = self.vector.reset(seed=self.seeds)
         self.elapsed[:], self.ended[:] = 0, False
-        return flatten(obs, self.keys, self.num_envs), info
+        return self.flat(obs), info
 
     def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         obs, reward, terminated, truncated, info = self.vector.step(np.asarray(action))
@@ -137,8 +123,14 @@ class GymPool:
         self.elapsed = np.where(self.ended, 0, self.elapsed + 1).astype(np.int32)
         self.ended = np.asarray(terminated | truncated)
         info = dict(info, elapsed_step=self.elapsed.copy())
-        return (flatten(obs, self.keys, self.num_envs), np.asarray(reward, np.float32), np.asarray(terminated, bool),
+        return (self.flat(obs), np.asarray(reward, np.float32), np.asarray(terminated, bool),
                 np.asarray(truncated, bool), info)
+
+    def flat(self, obs: Any) -> np.ndarray:
+        """A batch of observations as float32 vectors (a Box's flattened, a Dict's in key order)."""
+        if self.keys:
+            return flatten_observations(obs, self.keys)
+        return np.reshape(obs, (self.num_envs, -1)).astype(np.float32)
 
     def close(self) -> None:
         self.vector.close()

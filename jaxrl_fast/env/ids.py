@@ -71,10 +71,15 @@ def registered_specs(env_id: str) -> dict[str, Any]:
     return registry.specs
 
 
+def is_gymnasium_id(env_id: str) -> bool:
+    """An id of the Gymnasium backend: `gym:<id>` or `module.path:Name` (EnvPool's ids have no colon)."""
+    return ":" in env_id
+
+
 def env_family(env_id: str) -> str:
     """The EnvPool module family of an id: 'classic_control', 'mujoco', 'atari', ...; 'gymnasium'
     for an id of the Gymnasium backend (`gym:<id>`, `module:Class`)."""
-    if ":" in env_id:
+    if is_gymnasium_id(env_id):
         return "gymnasium"
     specs = registered_specs(env_id)
     if env_id not in specs:
@@ -85,7 +90,7 @@ def env_family(env_id: str) -> str:
 def env_suite(env_id: str) -> str | None:
     """The suite whose presets an id takes on top of its family's: 'dm_control' for dm_control's
     tasks (EnvPool's `envpool.mujoco.dmc`, in the mujoco family beside gym's MuJoCo), else None."""
-    if ":" in env_id:
+    if is_gymnasium_id(env_id):
         return None
     return "dm_control" if registered_specs(env_id)[env_id][0] == "envpool.mujoco.dmc" else None
 
@@ -106,7 +111,7 @@ def unknown_env_message(env_id: str) -> str:
 
 def check_env_id(env_id: str) -> str:
     """Return the family of a known id whose observations the networks can take, or raise EnvError."""
-    if ":" in env_id:  # the Gymnasium backend's: its spaces are checked when its envs are made
+    if is_gymnasium_id(env_id):  # the Gymnasium backend's: its spaces are checked when its envs are made
         from jaxrl_fast.env.gymnasium_env import FAMILY, constructor
 
         constructor(env_id)
@@ -163,7 +168,7 @@ def _option_value(text: str) -> Any:
 def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
     """Refuse an EnvPool option the id does not have, one the engine sets itself, or a value of
     another type than the option's default, naming the options there are."""
-    if not options or ":" in env_id:  # the Gymnasium backend passes them to the constructor, which checks them
+    if not options or is_gymnasium_id(env_id):  # the Gymnasium backend passes them to the constructor, which checks them
         return
     check_env_id(env_id)
     import envpool

@@ -1,6 +1,9 @@
-"""Uniform random actions of a spec (off-policy warm-up, and EnvPool measured alone)."""
+"""What every backend shares about spaces: uniform random actions of a spec (off-policy warm-up, and
+EnvPool measured alone), and dict observations flattened into one float32 vector in key order."""
 
 from __future__ import annotations
+
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -22,3 +25,16 @@ def random_actions_np(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.nda
     if spec.discrete:
         return rng.integers(0, spec.num_actions, size=n)
     return rng.uniform(spec.action_low, spec.action_high, size=(n, *spec.action_shape)).astype(np.float32)
+
+
+def observation_keys_of(space: Any) -> tuple[str, ...]:
+    """The keys of a dict observation space in the order they are flattened (sorted by name), or ()
+    for one array."""
+    return tuple(sorted(getattr(space, "spaces", {}) or ()))
+
+
+def flatten_observations(obs: Any, keys: Sequence[str]) -> Any:
+    """A dict of `[N, *shape_k]` arrays (numpy or jax) as one float32 `[N, sum_k prod(shape_k)]`,
+    its keys in `keys`' order (each key's array row-major, a scalar one column)."""
+    xp = jnp if isinstance(obs[keys[0]], jax.Array) else np
+    return xp.concatenate([xp.reshape(obs[k], (obs[k].shape[0], -1)).astype(xp.float32) for k in keys], axis=-1)

@@ -459,7 +459,7 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
 def flat_observation(obs: dict[str, Any], spec: Any) -> np.ndarray:
     """EnvPool's dict observation (one, or a batch `[N, ...]` per key) as the vector(s) the policy
     trained on; a batch of one reads as one observation."""
-    from jaxrl_fast.env.envpool import flatten_observations
+    from jaxrl_fast.env.spaces import flatten_observations
 
     missing = [k for k in spec.obs_keys if k not in obs]
     if missing:
