@@ -68,14 +68,51 @@ def test_staged_streams_are_each_envs_own_trajectory(batch_size):
     assert episodes_ended >= NUM_ENVS // 2
 
 
-def test_chunks_count_finished_episodes_and_carry_the_oldest_version():
-    chunks, _ = staged_chunks(2, chunks=5)
+def test_chunks_count_the_episodes_that_end_in_their_own_rows_and_carry_the_oldest_version():
+    chunks, _ = staged_chunks(2, chunks=6)
+    # each env's episodes walked from its rows alone, each counted in the chunk holding its last step
+    expected = np.zeros((len(chunks), 3))  # count, return sum, length sum
+    for i in range(NUM_ENVS):
+        episode_return, episode_length = 0.0, 0
+        for index, chunk in enumerate(chunks):
+            r = chunk.rows
+            for t in range(CHUNK):
+                if not r.valid[t, i]:
+                    continue
+                episode_return, episode_length = episode_return + r.reward[t, i], episode_length + 1
+                if r.terminated[t, i] or r.truncated[t, i]:
+                    expected[index] += (1, episode_return, episode_length)
+                    episode_return, episode_length = 0.0, 0
+    got = np.array([[c.finished.count, c.finished.return_sum, c.finished.length_sum] for c in chunks])
+    np.testing.assert_allclose(got, expected)
+    assert expected[:, 0].sum() >= NUM_ENVS // 2  # the walk covered episode ends
     for index, chunk in enumerate(chunks):
-        r = chunk.rows
-        ended = r.valid & (r.terminated | r.truncated)
-        assert int(chunk.finished.count) == int(ended.sum())
         # rows staged ahead in an earlier chunk's time are labelled with that (older) version
         assert chunk.version <= index
+
+
+def test_an_episode_ending_in_a_row_staged_ahead_counts_in_the_next_chunk():
+    from jaxrl_fast.env.envpool import HostSteps
+
+    stager = StreamStager(2, 2, (1,), jax.ShapeDtypeStruct((), np.int32))
+
+    def step(env, reward, terminated=False):
+        ids = np.array([env], np.int32)
+        stager.record(HostSteps(ids, np.zeros((1, 1), np.float32), np.array([reward], np.float32),
+                                np.array([terminated]), np.array([False])))
+        stager.acted(ids, np.zeros(1, np.int32), 0)
+
+    for env in (0, 1):
+        step(env, 0.0)  # the reset results: no rows yet
+    step(0, 1.0), step(0, 1.0), step(0, 1.0, terminated=True)  # env 0 runs a row ahead and ends there
+    step(1, 5.0), step(1, 5.0)
+    assert stager.ready() and stager.filled.tolist() == [3, 2]
+    first = stager.take()
+    assert int(first.finished.count) == 0 and float(first.finished.return_sum) == 0.0
+    step(1, 5.0), step(0, 0.0), step(1, 5.0, terminated=True)  # env 0's reset step; env 1 ends
+    second = stager.take()
+    assert second.rows.valid[:, 0].tolist() == [True, False]
+    assert (int(second.finished.count), float(second.finished.return_sum), int(second.finished.length_sum)) == (2, 23.0, 7)
 
 
 def test_an_env_that_never_returns_is_reported_not_buffered_forever():

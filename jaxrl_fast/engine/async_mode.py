@@ -57,6 +57,10 @@ class StreamStager:
         self.episodes = HostEpisodes(n)
         self.filled = np.zeros(n, np.int64)  # rows staged per env
         self.version = np.zeros((0, n), np.int64)
+        # per row, the return and length of the episode its step ended (0 where none): a chunk
+        # counts the episodes that ended in its own rows, not in rows staged ahead for the next
+        self.ended_return = np.zeros((0, n), np.float64)
+        self.ended_length = np.zeros((0, n), np.int64)
         self.rows = Row(*(np.zeros((0, n, *shape), dtype) for shape, dtype in (
             (obs_shape, np.float32), (action.shape, action.dtype), ((), np.float32), ((), bool), ((), bool), ((), bool))))
         self._grow(2 * chunk_length)
@@ -65,7 +69,7 @@ class StreamStager:
         extra = capacity - self.version.shape[0]
         pad = lambda x: np.concatenate([x, np.zeros((extra, *x.shape[1:]), x.dtype)])  # noqa: E731
         self.rows = jax.tree.map(pad, self.rows)  # Row's frame-stack field is None here: no leaf
-        self.version = pad(self.version)
+        self.version, self.ended_return, self.ended_length = map(pad, (self.version, self.ended_return, self.ended_length))
 
     def record(self, steps: HostSteps) -> None:
         """Complete the pending row of each env in `steps` with what its step returned."""
@@ -79,12 +83,13 @@ class StreamStager:
                                        f"{MAX_LEAD_CHUNKS} chunks ahead")
                 self._grow(2 * self.version.shape[0])
             terminated, truncated = steps.terminated[got], steps.truncated[got]
-            valid = self.episodes.track(ids, steps.reward[got], terminated, truncated)
+            valid, ended_return, ended_length = self.episodes.track(ids, steps.reward[got], terminated, truncated)
             at = (self.filled[ids], ids)
             for buffer, value in zip(self.rows, (self.pending_obs[ids], self.pending_action[ids], steps.reward[got],
                                                  terminated, truncated, valid)):
                 buffer[at] = value
             self.version[at] = self.pending_version[ids]
+            self.ended_return[at], self.ended_length[at] = ended_return, ended_length
             self.filled[ids] += 1
         self.pending_obs[steps.env_id] = steps.obs
 
@@ -103,10 +108,13 @@ class StreamStager:
         rows = jax.tree.map(lambda x: x[:T].copy(), self.rows)
         versions = self.version[:T]
         version = int(versions[versions >= 0].min()) if (versions >= 0).any() else -1
-        for x in (*jax.tree.leaves(self.rows), self.version):
+        ended = rows.valid & (rows.terminated | rows.truncated)
+        finished = EpisodeStats(np.int32(ended.sum()), np.float32(self.ended_return[:T].sum()),
+                                np.int32(self.ended_length[:T].sum()))
+        for x in (*jax.tree.leaves(self.rows), self.version, self.ended_return, self.ended_length):
             x[:-T] = x[T:].copy()
         self.filled -= T
-        return StagedChunk(rows, version, self.episodes.take())
+        return StagedChunk(rows, version, finished)
 
 
 class AsyncModeActor:

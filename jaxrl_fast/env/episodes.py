@@ -103,30 +103,26 @@ def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
 
 class HostEpisodes:
     """`track_episodes` on the host, for envs whose steps arrive a few at a time and out of order
-    (EnvPool's async mode): the same rules, per env id, in numpy."""
+    (EnvPool's async mode): the same rules, per env id, in numpy. Each ended episode is reported
+    with the step that ended it, so a caller that stages steps ahead counts it with that step."""
 
     def __init__(self, num_envs: int):
         self.episode_return = np.zeros(num_envs, np.float64)
         self.episode_length = np.zeros(num_envs, np.int64)
         self.reset_step = np.zeros(num_envs, bool)  # the env's next step is EnvPool's reset step
-        self._finished = [0, 0.0, 0]  # count, return sum, length sum
 
-    def track(self, ids: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
-        """Advance envs `ids` by one step each; returns which steps were transitions (not reset steps)."""
+    def track(self, ids: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
+              truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Advance envs `ids` by one step each.
+
+        Returns which steps were transitions (not reset steps), and per step the return and length
+        of the episode it ended (0 where it ended none).
+        """
         valid = ~self.reset_step[ids]
-        self.episode_return[ids] = np.where(valid, self.episode_return[ids] + reward, 0.0)
-        self.episode_length[ids] = np.where(valid, self.episode_length[ids] + 1, 0)
+        episode_return = np.where(valid, self.episode_return[ids] + reward, 0.0)
+        episode_length = np.where(valid, self.episode_length[ids] + 1, 0)
         ended = valid & (terminated | truncated)
-        self._finished[0] += int(ended.sum())
-        self._finished[1] += float(self.episode_return[ids][ended].sum())
-        self._finished[2] += int(self.episode_length[ids][ended].sum())
-        self.episode_return[ids[ended]] = 0.0
-        self.episode_length[ids[ended]] = 0
+        self.episode_return[ids] = np.where(ended, 0.0, episode_return)
+        self.episode_length[ids] = np.where(ended, 0, episode_length)
         self.reset_step[ids] = ended
-        return valid
-
-    def take(self) -> EpisodeStats:
-        """Episodes finished since the last `take` (numpy scalars)."""
-        count, return_sum, length_sum = self._finished
-        self._finished = [0, 0.0, 0]
-        return EpisodeStats(np.int32(count), np.float32(return_sum), np.int32(length_sum))
+        return valid, np.where(ended, episode_return, 0.0), np.where(ended, episode_length, 0)
