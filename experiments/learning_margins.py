@@ -32,6 +32,8 @@ HERE = Path(__file__).resolve().parent
 CASES: dict[str, tuple[list[str], bool]] = {
     # tests/test_ppo.py: the CartPole preset's 100,000 steps
     "ppo_cartpole": (["--algo", "ppo", "--env", "CartPole-v1"], True),
+    # tests/test_jax_envs.py: gymnax's CartPole-v1 (the JAX-native backend) on EnvPool CartPole-v1's preset
+    "ppo_gymnax_cartpole": (["--algo", "ppo", "--env", "gymnax:CartPole-v1"], True),
     # tests/test_pqn.py: the preset, evaluated every 2,500 steps, to 475
     "pqn_cartpole": (["--algo", "pqn", "--env", "CartPole-v1", "--eval-interval", "2500"], True),
     # tests/test_sde.py: PPO with gSDE on MountainCarContinuous-v0, the preset

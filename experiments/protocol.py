@@ -25,4 +25,7 @@ TASKS = {
     "sac_pendulum": Task("sac", "Pendulum-v1", -200.0, 1_000),
     "dqn_cartpole": Task("dqn", "CartPole-v1", 475.0, 2_500),
     "pqn_cartpole": Task("pqn", "CartPole-v1", 475.0, 2_500),  # the discrete value-based row, like DQN's
+    # gymnax's envs (the JAX-native backend), the ones rejax trains: the same tasks, stepped in XLA
+    "ppo_gymnax_cartpole": Task("ppo", "gymnax:CartPole-v1", 475.0, 5_000),
+    "sac_gymnax_pendulum": Task("sac", "gymnax:Pendulum-v1", -200.0, 1_000),
 }

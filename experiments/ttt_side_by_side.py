@@ -70,6 +70,18 @@ TASKS = {
         "goal": 0.3,
         "every_seed_under_peer_median": True,
     },
+    "ppo_gymnax_cartpole": {  # rejax steps gymnax's envs inside its jitted program too
+        "title": "PPO gymnax:CartPole-v1, to 475",
+        "task": PROTOCOL["ppo_gymnax_cartpole"],
+        "peers": {"rejax": ("venv-rejax", "ttt_ppo_cartpole_rejax.py")},
+        "goal": 0.5,
+    },
+    "sac_gymnax_pendulum": {
+        "title": "SAC gymnax:Pendulum-v1, to -200",
+        "task": PROTOCOL["sac_gymnax_pendulum"],
+        "peers": {"rejax": ("venv-rejax", "ttt_sac_pendulum_rejax.py")},
+        "goal": 0.5,
+    },
 }
 
 

@@ -1,5 +1,5 @@
 """The contracts between the engine's rooms: what an environment gives the learner (`EnvSpec`,
-`Step`), what flows between acting and learning (`Act`, `Transition`, `Rollout`, `Batch`), and the
+`Step`, and `BatchedEnv`, the protocol every backend's envs meet), what flows between acting and learning (`Act`, `Transition`, `Rollout`, `Batch`), and the
 bundles of pure functions an algorithm hands the schedules (`Algorithm`, `OffPolicyAlgorithm`).
 
 Nothing here imports JAX at run time (`jax.Array` is an annotation only), so the configuration side
@@ -9,7 +9,7 @@ can name these types without loading it.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import jax
@@ -60,6 +60,30 @@ class Step(NamedTuple):
     elapsed_step: jax.Array  # int32 [B]: steps since the game began
     score: jax.Array  # float32 [B]: the game's own reward, what episode statistics sum
     game_over: jax.Array  # bool [B]: the game ended (all lives lost, or the time limit)
+
+
+class BatchedEnv(Protocol):
+    """A batch of environments as the loops drive it, whichever backend steps them: EnvPool's
+    `XlaEnv` (C++ threads, reached through XLA's FFI), the Gymnasium backend's `GymXlaEnv` (Python,
+    through an `io_callback`), the JAX-native `JaxXlaEnv` (gymnax's pure functions, vmapped).
+
+    `step(handle, action) -> (handle, Step)` is traceable inside `jit` and `lax.scan`; `handle` is
+    whatever the backend threads through its steps (EnvPool's pool handle, or the envs' own state
+    as a pytree). `reset()` runs on the host before the first jitted call and returns the first
+    observations; `pool` is the same envs' host object (its `config` holds `num_threads`). Every
+    backend keeps EnvPool's episode convention: the step that ends an episode returns its final
+    observation, and that env's next step is a reset step (its action ignored, reward 0).
+    """
+
+    spec: EnvSpec
+    pool: Any
+    handle: Any
+    has_gpu_step: bool  # the step can run on a GPU (EnvPool built with CUDA, or an XLA step)
+    options: dict[str, Any]  # the backend options it was made with (`--env-kwargs`)
+
+    def step(self, handle: Any, action: jax.Array) -> tuple[Any, Step]: ...
+
+    def reset(self) -> Any: ...
 
 
 class Act(NamedTuple):

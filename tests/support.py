@@ -82,5 +82,5 @@ def rollout(xla_env, actions):
 
     xla_env.reset()
     run = jax.jit(lambda h, a: jax.lax.scan(body, (h, init_episode_state(xla_env.spec.num_envs)), a))
-    (_, episodes), out = run(jnp.asarray(xla_env.handle), actions)
+    (_, episodes), out = run(jax.tree.map(jnp.asarray, xla_env.handle), actions)
     return jax.device_get(out), jax.device_get(episodes)

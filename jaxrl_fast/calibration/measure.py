@@ -60,9 +60,9 @@ from jaxrl_fast.engine.offpolicy_steps import make_pieces
 from jaxrl_fast.engine.placement import Placement, describe, describe_devices
 from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.timing import PhaseClock
-from jaxrl_fast.env.envpool import XlaEnv, make_pool, make_xla_env
+from jaxrl_fast.env.envpool import make_pool, make_xla_env
 from jaxrl_fast.env.spaces import random_actions_np
-from jaxrl_fast.types import EnvSpec, Rollout, Transition
+from jaxrl_fast.types import BatchedEnv, EnvSpec, Rollout, Transition
 
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MEASURE_S = 0.1  # wall time per EnvPool measurement
@@ -314,7 +314,7 @@ class Setup(NamedTuple):
     options: EnvOptions
     algo: Any  # built once: its programs' shapes do not depend on num_envs (PPO's update is rebuilt per size)
     state: Any  # zeros shaped like its initial state (off-policy: the (actor, critic) roles)
-    probe: XlaEnv  # a one-env XLA env, around which the off-policy update programs are built
+    probe: BatchedEnv  # a one-env XLA env, around which the off-policy update programs are built
     opened: list  # XLA envs, closed when the pass ends: after every program that steps them has run
 
 
@@ -331,13 +331,13 @@ def sized_algorithm(config: TrainConfig, spec: EnvSpec, num_envs: int) -> Any:
     return make_algorithm(dataclasses.replace(config, num_envs=num_envs), dataclasses.replace(spec, num_envs=num_envs))
 
 
-def open_env(setup: Setup, num_envs: int, num_threads: int) -> XlaEnv:
+def open_env(setup: Setup, num_envs: int, num_threads: int) -> BatchedEnv:
     env = make_xla_env(setup.config.env, num_envs, num_threads, setup.config.seed)
     setup.opened.append(env)
     return env
 
 
-def env_carry_on(setup: Setup, env: XlaEnv, device: jax.Device) -> Any:
+def env_carry_on(setup: Setup, env: BatchedEnv, device: jax.Device) -> Any:
     """A fresh env carry committed to `device`, like every other input of a timed program: a mix of
     committed and uncommitted inputs compiles again when the first outputs come back, mid-timing."""
     carry = jax.jit(lambda h, o: init_env_carry(env, setup.options, h, o))(env.handle, env.reset())

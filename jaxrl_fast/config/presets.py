@@ -33,7 +33,9 @@ def _read(name: str) -> dict[str, Any] | None:
 
 
 def preset_file_name(env_id: str) -> str:
-    return env_id.replace("/", "__") + ".toml"
+    """An env's own preset file; a gymnax task (`gymnax:CartPole-v1`) takes the file of EnvPool's task
+    of the same name, the same dynamics."""
+    return env_id.removeprefix("gymnax:").replace("/", "__") + ".toml"
 
 
 def available_presets() -> list[str]:
@@ -50,9 +52,10 @@ def preset_tables(env_id: str, family: str, suite: str | None = None) -> list[tu
     for section in (family, suite):
         if section in defaults:
             tables.append((f"defaults.toml [{section}]", defaults[section]))
-    own = _read(preset_file_name(env_id))
+    name = preset_file_name(env_id)
+    own = _read(name)
     if own is not None:
-        tables.append((preset_file_name(env_id), own))
+        tables.append((name, own))
     return tables
 
 

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrl_fast.engine import phases
-from jaxrl_fast.env.envpool import XlaEnv
 from jaxrl_fast.env.episodes import EpisodeState, EpisodeStats, init_episode_state, track_rollout_episodes
 from jaxrl_fast.ops.normalization import (
     RewardScale,
@@ -25,7 +24,7 @@ from jaxrl_fast.ops.normalization import (
     scale_rewards,
     update_moments,
 )
-from jaxrl_fast.types import Act, Transition
+from jaxrl_fast.types import Act, BatchedEnv, Transition
 
 
 class EnvOptions(NamedTuple):
@@ -49,7 +48,7 @@ class EvalPayload(NamedTuple):
 
 
 class EnvCarry(NamedTuple):
-    handle: jax.Array  # EnvPool's handle, threaded through every XLA step
+    handle: Any  # EnvPool's handle (or the JAX-native envs' state), threaded through every step
     obs: jax.Array  # [B, *obs_shape] latest raw observations
     episodes: EpisodeState
     obs_moments: RunningMoments
@@ -76,7 +75,7 @@ def deterministic_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayloa
     return act
 
 
-def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax.Array, num_agents: int = 1) -> EnvCarry:
+def init_env_carry(env: BatchedEnv, options: EnvOptions, handle: Any, first_obs: jax.Array, num_agents: int = 1) -> EnvCarry:
     """The carry at the pool's first observations; with `num_agents` > 1, one per agent (each over
     its slice of the pool's envs, stacked on a leading axis) around the shared handle."""
 
@@ -88,7 +87,7 @@ def init_env_carry(env: XlaEnv, options: EnvOptions, handle: Any, first_obs: jax
 
     obs = jnp.asarray(first_obs, env.spec.obs_dtype)
     carry = jax.vmap(own)(obs.reshape((num_agents, -1, *obs.shape[1:]))) if num_agents > 1 else own(obs)
-    return carry._replace(handle=jnp.asarray(handle))
+    return carry._replace(handle=jax.tree.map(jnp.asarray, handle))  # EnvPool's bytes, or JAX envs' state
 
 
 Policy = Callable[[jax.Array, jax.Array], Act]  # (observed obs [B, ...], key) -> Act
@@ -145,7 +144,7 @@ def agent_part(tree: Any, index: int) -> Any:
     return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else x[index], tree)
 
 
-def make_collect(env: XlaEnv, options: EnvOptions, length: int, num_agents: int = 1):
+def make_collect(env: BatchedEnv, options: EnvOptions, length: int, num_agents: int = 1):
     """`collect(carry, policy, key) -> (carry, transitions [length, B, ...], finished episodes)`.
 
     Only acting, stepping and storing run in each step; the episode statistics are computed from

@@ -22,9 +22,8 @@ from jaxrl_fast.config.plan import OffPolicyPlan
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EnvOptions, agents_map, init_env_carry, make_collect
 from jaxrl_fast.engine.replay import ReplayState, Row, init_replay, sample_batch
-from jaxrl_fast.env.envpool import XlaEnv
 from jaxrl_fast.env.episodes import EpisodeStats
-from jaxrl_fast.types import OffPolicyAlgorithm, Transition
+from jaxrl_fast.types import BatchedEnv, OffPolicyAlgorithm, Transition
 
 
 class OffPolicyState(NamedTuple):
@@ -85,7 +84,7 @@ def pool_columns(rows: Row) -> Row:
     return jax.tree.map(lambda x: x.reshape((x.shape[0], -1, *x.shape[3:])), rows)
 
 
-def make_pieces(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
+def make_pieces(algo: OffPolicyAlgorithm, env: BatchedEnv, options: EnvOptions, plan: OffPolicyPlan,
                 batch_sharding: Any = None, num_agents: int = 1, batched_updates: bool = False) -> Pieces:
     """With `num_agents` N > 1, N independent agents share the pool (agent j on envs `[j E, (j + 1) E)`)
     and one buffer whose env columns are those envs (one in-place write for all). The actors',

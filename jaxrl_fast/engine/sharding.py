@@ -20,8 +20,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_fast.config.run import TrainConfig, family
 from jaxrl_fast.engine.cluster import host_processes
-from jaxrl_fast.env.envpool import XlaEnv, make_xla_env
-from jaxrl_fast.types import EnvSpec, Step
+from jaxrl_fast.env.envpool import make_xla_env
+from jaxrl_fast.types import BatchedEnv, EnvSpec, Step
 
 AXIS = "data"  # the mesh axis the shards are laid along
 
@@ -34,7 +34,7 @@ class ShardedEnv(NamedTuple):
     of a shard's envs (`spec`, `step`); `handle()` and `reset()` give the global arrays."""
 
     spec: EnvSpec  # one shard's
-    pools: tuple[XlaEnv, ...]
+    pools: tuple[BatchedEnv, ...]
     first_shard: int  # the mesh index of this process's first shard
     mesh: Mesh
     has_gpu_step: bool

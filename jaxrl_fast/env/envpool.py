@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import ffi
 
-from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family, is_gymnasium_id
+from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family, is_gymnasium_id, is_jax_env_id
 from jaxrl_fast.env.spaces import flatten_observations, observation_keys_of
 from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
 from jaxrl_fast.types import EnvSpec, Step
@@ -105,7 +105,14 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence
     """A gymnasium-style EnvPool; synchronous unless `0 < batch_size < num_envs` (async mode:
     `recv` returns the first `batch_size` envs to finish, `send` takes actions with their ids).
     Env i is seeded `seed + i` either way, or `seed[i]` when `seed` is a sequence (one per env).
-    Dict observations come flat (`FlatObservations`). An id of the Gymnasium backend gives its pool."""
+    Dict observations come flat (`FlatObservations`). An id of the Gymnasium or the JAX-native
+    backend gives that backend's pool."""
+    if is_jax_env_id(env_id):
+        from jaxrl_fast.env.jax_envs import GymnaxPool, JaxEnvError
+
+        if 0 < batch_size < num_envs:
+            raise JaxEnvError(f"{env_id}: EnvPool's async mode (--env-batch-size) needs an EnvPool id")
+        return GymnaxPool(env_id, num_envs, seed, **options)
     if is_gymnasium_id(env_id):
         from jaxrl_fast.env.gymnasium_env import GymEnvError, GymPool
 
@@ -176,6 +183,10 @@ def probe_gpu_step(env_id: str, options: dict[str, Any] | None = None) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _probe(env_id: str, options: tuple[tuple[str, Any], ...]) -> tuple[EnvSpec, bool]:
+    if is_jax_env_id(env_id):  # the JAX-native backend: no pool to build, its step runs on any device
+        from jaxrl_fast.env.jax_envs import spec_of as jax_spec
+
+        return jax_spec(env_id, 1, dict(options)), True
     pool = make_pool(env_id, num_envs=1, num_threads=1, seed=0, **dict(options))
     if is_gymnasium_id(env_id):  # the Gymnasium backend: host envs, no XLA step of EnvPool's
         from jaxrl_fast.env.gymnasium_env import spec_of as gym_spec
@@ -250,7 +261,12 @@ def make_xla_env(
     env_id: str, num_envs: int, num_threads: int, seed: int | Sequence[int], **options: Any
 ) -> XlaEnv:
     """Build the pool and its jittable `step`. Rewards arrive as float32, observations as float32
-    or, for images, uint8. An id of the Gymnasium backend gives its `GymXlaEnv`."""
+    or, for images, uint8. An id of the Gymnasium backend gives its `GymXlaEnv`, one of the
+    JAX-native backend its `JaxXlaEnv`."""
+    if is_jax_env_id(env_id):
+        from jaxrl_fast.env.jax_envs import make_jax_xla_env
+
+        return make_jax_xla_env(env_id, num_envs, seed, **options)
     if is_gymnasium_id(env_id):
         from jaxrl_fast.env.gymnasium_env import make_gym_xla_env
 

@@ -1,4 +1,5 @@
-"""EnvPool ids: which exist, their families, which the engine can train on, and their options."""
+"""Environment ids: which backend an id takes (EnvPool's plain ids, `gymnax:<id>`, `gym:<id>` and
+`module:Class`), EnvPool's ids and families, which the engine can train on, and their options."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text", "minigrid")
 
 
 PIXEL_FAMILIES = ("atari",)
+
+
+# gymnax's classic-control tasks: the same dynamics, limits and rewards as EnvPool's ids of these names.
+GYMNAX_CLASSIC = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0")
 
 
 # Pool options the engine sets itself (`make_pool`'s arguments), never given through --env-kwargs.
@@ -71,14 +76,24 @@ def registered_specs(env_id: str) -> dict[str, Any]:
     return registry.specs
 
 
+JAX_ENV_PREFIX = "gymnax:"  # the JAX-native backend's ids (jaxrl_fast.env.jax_envs)
+
+
+def is_jax_env_id(env_id: str) -> bool:
+    """An id of the JAX-native backend: `gymnax:<name>`."""
+    return env_id.startswith(JAX_ENV_PREFIX)
+
+
 def is_gymnasium_id(env_id: str) -> bool:
     """An id of the Gymnasium backend: `gym:<id>` or `module.path:Name` (EnvPool's ids have no colon)."""
-    return ":" in env_id
+    return ":" in env_id and not is_jax_env_id(env_id)
 
 
 def env_family(env_id: str) -> str:
     """The EnvPool module family of an id: 'classic_control', 'mujoco', 'atari', ...; 'gymnasium'
-    for an id of the Gymnasium backend (`gym:<id>`, `module:Class`)."""
+    for an id of the Gymnasium backend (`gym:<id>`, `module:Class`), 'gymnax' for the JAX-native one."""
+    if is_jax_env_id(env_id):
+        return "gymnax"
     if is_gymnasium_id(env_id):
         return "gymnasium"
     specs = registered_specs(env_id)
@@ -89,7 +104,11 @@ def env_family(env_id: str) -> str:
 
 def env_suite(env_id: str) -> str | None:
     """The suite whose presets an id takes on top of its family's: 'dm_control' for dm_control's
-    tasks (EnvPool's `envpool.mujoco.dmc`, in the mujoco family beside gym's MuJoCo), else None."""
+    tasks (EnvPool's `envpool.mujoco.dmc`, in the mujoco family beside gym's MuJoCo); for gymnax's,
+    'minatar' for MinAtar's games and EnvPool's family of the same task for classic control; else None."""
+    if is_jax_env_id(env_id):
+        name = env_id[len(JAX_ENV_PREFIX):]
+        return "minatar" if name.endswith("-MinAtar") else "classic_control" if name in GYMNAX_CLASSIC else None
     if is_gymnasium_id(env_id):
         return None
     return "dm_control" if registered_specs(env_id)[env_id][0] == "envpool.mujoco.dmc" else None
@@ -106,11 +125,17 @@ def unknown_env_message(env_id: str) -> str:
         close = [lowered[k] for k in difflib.get_close_matches(env_id.lower(), list(lowered), n=5, cutoff=0.5)]
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     return (f"--env: unknown EnvPool id {env_id!r}.{hint} (envpool.list_all_envs() lists all {len(known)}; "
-            f"gym:<id> takes Gymnasium's registry, module.path:Class your own gymnasium.Env.)")
+            f"gymnax:<id> takes gymnax's JAX-native envs, gym:<id> Gymnasium's registry, module.path:Class your own "
+            f"gymnasium.Env.)")
 
 
 def check_env_id(env_id: str) -> str:
     """Return the family of a known id whose observations the networks can take, or raise EnvError."""
+    if is_jax_env_id(env_id):
+        from jaxrl_fast.env.jax_envs import FAMILY, check_name
+
+        check_name(env_id)
+        return FAMILY
     if is_gymnasium_id(env_id):  # the Gymnasium backend's: its spaces are checked when its envs are made
         from jaxrl_fast.env.gymnasium_env import FAMILY, constructor
 
@@ -169,6 +194,11 @@ def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
     """Refuse an EnvPool option the id does not have, one the engine sets itself, or a value of
     another type than the option's default, naming the options there are."""
     if not options or is_gymnasium_id(env_id):  # the Gymnasium backend passes them to the constructor, which checks them
+        return
+    if is_jax_env_id(env_id):  # fields of gymnax's env parameters
+        from jaxrl_fast.env.jax_envs import make_gymnax
+
+        make_gymnax(env_id, tuple(sorted(options.items())))
         return
     check_env_id(env_id)
     import envpool

@@ -21,7 +21,7 @@ from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.engine.acting import agent_part, deterministic_policy, env_options
 from jaxrl_fast.engine.schedules import Context, Schedule, make_schedule
 from jaxrl_fast.engine.sharding import AXIS, local_shards, make_sharded_env
-from jaxrl_fast.env.envpool import XlaEnv, agent_env_seeds, make_xla_env
+from jaxrl_fast.env.envpool import agent_env_seeds, make_xla_env
 from jaxrl_fast.env.ids import evaluation_options, parse_env_kwargs
 from jaxrl_fast.env.spaces import random_actions_np
 from jaxrl_fast.outputs.checkpoint import Checkpointer, Restored, StackedRestored, latest_step, write_policy_info
@@ -30,7 +30,7 @@ from jaxrl_fast.outputs.run_dir import CONFIG_FILE, METRICS_FILE, clear_outputs,
 from jaxrl_fast.run.evaluation import Evaluator, VideoPlan
 from jaxrl_fast.run.report import EvalBoard, Report, SilentReport
 from jaxrl_fast.run.resolve import ResolvedRun
-from jaxrl_fast.types import EnvSpec
+from jaxrl_fast.types import BatchedEnv, EnvSpec
 
 
 class OpenedSeed(NamedTuple):
@@ -72,7 +72,7 @@ class Run:
     resolved: ResolvedRun
     seeds: list[SeedRun]
     restored: Restored | StackedRestored | None  # what the schedule starts from
-    env: XlaEnv
+    env: BatchedEnv
     schedule: Schedule
     progress: ProgressDisplay
     clock: RunClock  # wall_s of every line and summary

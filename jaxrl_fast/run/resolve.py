@@ -104,18 +104,23 @@ def check_actions(config: TrainConfig, spec: EnvSpec) -> None:
 
 
 def check_backend(config: TrainConfig, spec: EnvSpec) -> None:
-    """What the Gymnasium backend's host envs cannot do (docs/env-adapter.md lists it)."""
-    if spec.family != "gymnasium":
+    """What the Gymnasium backend's host envs and the JAX-native backend cannot do (docs/own-env.md
+    lists it)."""
+    if spec.family not in ("gymnasium", "gymnax"):
         return
+    kind = "Gymnasium" if spec.family == "gymnasium" else "gymnax"
     refusals = [
         (config.env_batch_size, "--env-batch-size: EnvPool's async mode needs an EnvPool id"),
-        (config.data_parallel, "--data-parallel: each process would step its own Python envs; use an EnvPool id"),
+        (config.data_parallel and spec.family == "gymnasium",
+         "--data-parallel: each process would step its own Python envs; use an EnvPool id"),
+        (config.data_parallel and spec.family == "gymnax",
+         "--data-parallel shards EnvPool's pools; a gymnax run uses --num-seeds or one process"),
         (config.calibrate or config.recalibrate, "--calibrate measures EnvPool's pools; give --num-envs yourself"),
-        (config.video_interval, "--video-interval films EnvPool's renders; a Gymnasium env's run has no video"),
+        (config.video_interval, f"--video-interval films EnvPool's renders; a {kind} env's run has no video"),
     ]
     for refused, message in refusals:
         if refused:
-            raise ConfigError(f"{message} ({config.env} is a Gymnasium environment)")
+            raise ConfigError(f"{message} ({config.env} is a {kind} environment)")
 
 
 def check_observations(config: TrainConfig, spec: EnvSpec) -> None:

@@ -24,15 +24,15 @@ from jax.experimental import io_callback
 from jaxrl_fast.config.plan import Plan
 from jaxrl_fast.engine.acting import EnvOptions, EvalPayload
 from jaxrl_fast.engine.placement import Placement
-from jaxrl_fast.env.envpool import XlaEnv
 from jaxrl_fast.env.episodes import EpisodeStats, add_stats, init_episode_stats
+from jaxrl_fast.types import BatchedEnv
 
 
 class Context(NamedTuple):
     """What every schedule is built from."""
 
     config: Any  # TrainConfig
-    env: XlaEnv
+    env: BatchedEnv
     algo: Any  # the algorithm's bundle (`Algorithm` or `OffPolicyAlgorithm`)
     options: EnvOptions
     placement: Placement

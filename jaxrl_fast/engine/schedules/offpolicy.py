@@ -53,8 +53,7 @@ from jaxrl_fast.engine.schedules.base import (
     total_episodes,
 )
 from jaxrl_fast.engine.timing import PhaseClock
-from jaxrl_fast.env.envpool import XlaEnv
-from jaxrl_fast.types import OffPolicyAlgorithm
+from jaxrl_fast.types import BatchedEnv, OffPolicyAlgorithm
 
 __all__ = ["OffPolicyConcurrent", "OffPolicyFused", "OffPolicyHostDriven", "fused_loop", "host_driven_loop"]
 
@@ -113,7 +112,7 @@ class HostDrivenLoop:
     on the devices placement gives it. Counters stay on the host: reading them from a device
     would wait for it."""
 
-    def __init__(self, algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
+    def __init__(self, algo: OffPolicyAlgorithm, env: BatchedEnv, options: EnvOptions, plan: OffPolicyPlan,
                  placement: Placement, exchange: str, requests: EvalRequests, concurrent: bool, clock: PhaseClock):
         self.algo, self.plan, self.exchange, self.requests = algo, plan, exchange, requests
         self.concurrent, self.clock, self.acting = concurrent, clock, placement.acting
@@ -228,7 +227,7 @@ class HostDrivenLoop:
         return state, metrics, total_episodes(finished)
 
 
-def host_driven_loop(algo: OffPolicyAlgorithm, env: XlaEnv, options: EnvOptions, plan: OffPolicyPlan,
+def host_driven_loop(algo: OffPolicyAlgorithm, env: BatchedEnv, options: EnvOptions, plan: OffPolicyPlan,
                      placement: Placement, exchange: str, requests: EvalRequests, concurrent: bool = False,
                      clock: PhaseClock | None = None) -> OffPolicyLoop:
     """The loop of programs the host dispatches over the roles' devices (one agent)."""

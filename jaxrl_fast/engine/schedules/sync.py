@@ -36,9 +36,8 @@ from jaxrl_fast.engine.schedules.base import (
     scan_iterations,
     shard_key,
 )
-from jaxrl_fast.env.envpool import XlaEnv
 from jaxrl_fast.env.episodes import EpisodeStats
-from jaxrl_fast.types import Algorithm, Rollout
+from jaxrl_fast.types import Algorithm, BatchedEnv, Rollout
 
 __all__ = ["LoopState", "OnPolicySync", "SyncLoop", "checkpointed", "make_sync_loop", "with_checkpointed"]
 
@@ -70,7 +69,7 @@ class SyncLoop(NamedTuple):
 
 def make_sync_loop(
     algo: Algorithm,
-    env: XlaEnv,
+    env: BatchedEnv,
     options: EnvOptions,
     iterations_per_call: int,
     eval_every_iterations: int,

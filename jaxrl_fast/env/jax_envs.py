@@ -1,0 +1,184 @@
+"""The JAX-native backend: gymnax's environments, stepped inside the jitted loop.
+
+An id of the form `gymnax:<name>` (`gymnax:CartPole-v1`, `gymnax:Breakout-MinAtar`) takes this
+backend; it needs the `jax-envs` extra (`pip install -e ".[jax-envs]"`). Each env is a pure
+function of its state and a key, vmapped over the batch, so a run's whole loop, envs included, is
+one XLA program on whichever device acts. The "handle" an `XlaEnv` threads through its steps is here
+the envs' state itself (`EnvBatch`), and `--num-seeds` agents each step their own slice of it.
+
+The step keeps EnvPool's convention (see `jaxrl_fast.env.envpool`): the step that ends an episode
+returns its final observation (for bootstrapping at a time limit), and the env's next step is a
+reset step (its action ignored, reward 0, no transition) that returns the new episode's first
+observation. gymnax's own auto-reset, which returns the next episode's observation in place of the
+final one, is not used. Env i is seeded `seed + i` (its key is `jax.random.key(seed + i)`), as
+EnvPool seeds its envs, so `--num-seeds` agents step exactly the envs of their single runs.
+
+Observations are float32 vectors (MinAtar's `[10, 10, C]` grids flattened, as PureJaxRL and rejax
+feed them to an MLP); actions are a gymnax `Discrete` or `Box`. `--env-kwargs` sets fields of the
+env's parameters (`max_steps_in_episode=1000`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_fast.env.ids import JAX_ENV_PREFIX as PREFIX
+from jaxrl_fast.env.ids import EnvError
+from jaxrl_fast.types import EnvSpec, Step
+
+FAMILY = "gymnax"
+
+
+class JaxEnvError(EnvError):
+    pass
+
+
+def gymnax_module() -> Any:
+    try:
+        import gymnax
+    except ImportError as error:
+        raise JaxEnvError(f"--env gymnax:<id> needs gymnax, which the jax-envs extra installs: "
+                          f"pip install -e \".[jax-envs]\" ({error})") from error
+    return gymnax
+
+
+def check_name(env_id: str) -> str:
+    """The gymnax name of an id of this backend, or a JaxEnvError with the close matches."""
+    name = env_id[len(PREFIX):]
+    known = list(gymnax_module().registered_envs)
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(PREFIX + c for c in close)}?" if close else ""
+        raise JaxEnvError(f"--env: {name!r} is not one of gymnax's environments.{hint} (gymnax.registered_envs lists "
+                          f"all {len(known)})")
+    return name
+
+
+@functools.lru_cache(maxsize=None)
+def make_gymnax(env_id: str, options: tuple[tuple[str, Any], ...] = ()) -> tuple[Any, Any]:
+    """gymnax's env object and its parameters with `options` set."""
+    env, params = gymnax_module().make(check_name(env_id))
+    fields = [f.name for f in dataclasses.fields(params)]
+    for key, value in options:
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=3)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise JaxEnvError(f"--env-kwargs: {env_id} has no parameter {key!r}.{hint} It has: {', '.join(fields)}")
+    return env, params.replace(**dict(options))
+
+
+def spec_of(env_id: str, num_envs: int, options: dict[str, Any] | None = None) -> EnvSpec:
+    env, params = make_gymnax(env_id, tuple(sorted((options or {}).items())))
+    obs = env.observation_space(params)
+    action = env.action_space(params)
+    discrete = hasattr(action, "n")
+    if not discrete and not hasattr(action, "low"):
+        raise JaxEnvError(f"--env: {env_id} acts in {type(action).__name__}; this backend takes a Discrete or a Box")
+    shape = () if discrete else tuple(action.shape)
+    bound = lambda x: tuple(float(v) for v in np.broadcast_to(np.asarray(x, np.float64), shape).reshape(-1))  # noqa: E731
+    return EnvSpec(
+        env_id=env_id, family=FAMILY, num_envs=num_envs, obs_shape=(int(np.prod(obs.shape)),),
+        discrete=discrete, num_actions=int(action.n) if discrete else 0, action_shape=shape,
+        action_low=() if discrete else bound(action.low), action_high=() if discrete else bound(action.high),
+        max_episode_steps=int(params.max_steps_in_episode))
+
+
+class EnvBatch(NamedTuple):
+    """A batch of gymnax envs, `[num_envs, ...]` each: what the jitted loop threads as the handle."""
+
+    state: Any  # gymnax's env states
+    key: jax.Array  # uint32 key data, one key per env
+    reset_step: jax.Array  # bool: the env's next step is a reset step
+    elapsed: jax.Array  # int32: steps of the running episode
+
+
+def env_functions(env_id: str, options: dict[str, Any] | None = None) -> tuple[Callable, Callable]:
+    """`reset(seeds [N]) -> (obs, EnvBatch)` and `step(EnvBatch, action) -> (EnvBatch, Step)`, both
+    pure and jittable, vmapped over the envs."""
+    env, params = make_gymnax(env_id, tuple(sorted((options or {}).items())))
+
+    def observe(obs: jax.Array) -> jax.Array:
+        return jnp.reshape(obs, (-1,)).astype(jnp.float32)
+
+    def reset_one(seed: jax.Array) -> tuple[jax.Array, EnvBatch]:
+        key, reset_key = jax.random.split(jax.random.key(seed))
+        obs, state = env.reset_env(reset_key, params)
+        return observe(obs), EnvBatch(state, jax.random.key_data(key), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
+
+    def step_one(batch: EnvBatch, action: jax.Array) -> tuple[EnvBatch, Step]:
+        key, step_key, reset_key = jax.random.split(jax.random.wrap_key_data(batch.key), 3)
+        stepped_obs, stepped, reward, terminated, _ = env.step_env(step_key, batch.state, action, params)
+        truncated = env.is_truncated(stepped, params) & ~terminated
+        reset_obs, reset = env.reset_env(reset_key, params)
+        fresh = batch.reset_step
+        state = jax.tree.map(lambda r, s: jnp.where(fresh, r, s), reset, stepped)
+        terminated, truncated = ~fresh & terminated, ~fresh & truncated
+        elapsed = jnp.where(fresh, 0, batch.elapsed + 1)
+        reward = jnp.where(fresh, 0.0, jnp.reshape(reward, ()).astype(jnp.float32))
+        step = Step(obs=jnp.where(fresh, observe(reset_obs), observe(stepped_obs)), reward=reward,
+                    terminated=terminated, truncated=truncated, elapsed_step=elapsed, score=reward,
+                    game_over=terminated | truncated)
+        return EnvBatch(state, jax.random.key_data(key), terminated | truncated, elapsed), step
+
+    return jax.vmap(reset_one), jax.vmap(step_one)
+
+
+def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
+    """Env i's seed: `seed + i`, or `seed[i]` for a sequence (one per env), as EnvPool's."""
+    seeds = [int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else [seed + i for i in range(num_envs)]
+    return np.asarray(seeds, np.uint32)
+
+
+class GymnaxPool:
+    """`num_envs` gymnax envs stepped from the host, with the surface the engine uses of an EnvPool
+    pool (`reset()`, `step(actions)`, `config`): the evaluator's envs, and the probe's."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any):
+        self.spec = spec_of(env_id, num_envs, options)
+        self.num_envs, self.seeds = num_envs, env_seeds(seed, num_envs)
+        reset, step = env_functions(env_id, options)
+        self._reset, self._step = jax.jit(reset), jax.jit(step)
+        self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.spec.max_episode_steps}
+        self.batch: EnvBatch | None = None
+
+    def reset(self) -> tuple[np.ndarray, dict]:
+        obs, self.batch = self._reset(self.seeds)
+        return np.asarray(obs), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        self.batch, out = self._step(self.batch, jnp.asarray(action))
+        out = jax.device_get(out)
+        return out.obs, out.reward, out.terminated, out.truncated, {"elapsed_step": out.elapsed_step}
+
+    def close(self) -> None:
+        self.batch = None
+
+
+@dataclasses.dataclass
+class JaxXlaEnv:
+    """gymnax envs as an `XlaEnv`: `handle` is their `EnvBatch` after reset, `step` is pure JAX."""
+
+    spec: EnvSpec
+    pool: GymnaxPool  # the same envs from the host (reset, config); the loop steps `handle`
+    handle: EnvBatch
+    step: Callable[[EnvBatch, jax.Array], tuple[EnvBatch, Step]]
+    first_obs: np.ndarray
+    has_gpu_step: bool = True  # the step is XLA's: it runs on any device
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def reset(self) -> np.ndarray:
+        return self.first_obs
+
+
+def make_jax_xla_env(env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any) -> JaxXlaEnv:
+    pool = GymnaxPool(env_id, num_envs, seed, **options)
+    reset, step = env_functions(env_id, options)
+    obs, batch = jax.jit(reset)(pool.seeds)
+    return JaxXlaEnv(pool.spec, pool, jax.device_get(batch), step, np.asarray(obs), options=dict(options))
