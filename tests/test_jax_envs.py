@@ -22,6 +22,7 @@ from jaxrl_fast.env.envpool import agent_env_seeds, make_pool, make_xla_env, pro
 from jaxrl_fast.env.ids import env_suite  # noqa: E402
 from jaxrl_fast.outputs.metrics import read_metrics  # noqa: E402
 from jaxrl_fast.run.api import preset_config  # noqa: E402
+from jaxrl_fast.run.evaluation import run_episodes  # noqa: E402
 from support import make_config, rollout, train  # noqa: E402
 
 CARTPOLE, PENDULUM = "gymnax:CartPole-v1", "gymnax:Pendulum-v1"
@@ -56,6 +57,20 @@ def test_a_terminal_step_is_terminated_and_the_episode_restarts_from_its_own_see
     assert reset_step[first_end + 1, 0] and step.reward[first_end + 1, 0] == 0.0
     assert np.abs(step.obs[first_end + 1, 0]).max() <= 0.05  # CartPole's reset draws every state in [-0.05, 0.05]
     assert not np.array_equal(step.obs[:, 0], step.obs[:, 1])  # envs are seeded apart
+
+
+def test_evaluation_episodes_played_in_one_program_equal_the_host_loops():
+    pool = make_pool(CARTPOLE, num_envs=6, num_threads=1, seed=11)
+
+    def policy(weights, obs):  # a fixed linear policy: some episodes fail early, some last longer
+        return (obs @ weights > 0).astype(jnp.int32)
+
+    weights = np.array([0.0, 0.3, 1.0, 0.2], np.float32)
+    returns, lengths = pool.play(policy, weights)
+    host_returns, host_lengths = run_episodes(pool, lambda obs: np.asarray(policy(weights, obs)), 500)
+    np.testing.assert_array_equal(lengths, host_lengths)
+    np.testing.assert_allclose(returns, host_returns)
+    assert len(set(lengths.tolist())) > 1  # the envs played different episodes
 
 
 def test_agents_envs_are_seeded_as_their_single_runs():

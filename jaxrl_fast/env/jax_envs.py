@@ -138,15 +138,17 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
 
 class GymnaxPool:
     """`num_envs` gymnax envs stepped from the host, with the surface the engine uses of an EnvPool
-    pool (`reset()`, `step(actions)`, `config`): the evaluator's envs, and the probe's."""
+    pool (`reset()`, `step(actions)`, `config`): the probe's envs, and the evaluator's, which also
+    play whole episodes inside one program (`play`)."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any):
         self.spec = spec_of(env_id, num_envs, options)
         self.num_envs, self.seeds = num_envs, env_seeds(seed, num_envs)
-        reset, step = env_functions(env_id, options)
-        self._reset, self._step = jax.jit(reset), jax.jit(step)
+        self.reset_fn, self.step_fn = env_functions(env_id, options)
+        self._reset, self._step = jax.jit(self.reset_fn), jax.jit(self.step_fn)
         self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.spec.max_episode_steps}
         self.batch: EnvBatch | None = None
+        self._played: dict[Callable, Callable] = {}
 
     def reset(self) -> tuple[np.ndarray, dict]:
         obs, self.batch = self._reset(self.seeds)
@@ -156,6 +158,33 @@ class GymnaxPool:
         self.batch, out = self._step(self.batch, jnp.asarray(action))
         out = jax.device_get(out)
         return out.obs, out.reward, out.terminated, out.truncated, {"elapsed_step": out.elapsed_step}
+
+    def play(self, policy: Callable[[Any, jax.Array], jax.Array], payload: Any) -> tuple[np.ndarray, np.ndarray]:
+        """One episode in each env from its reset, acted by `policy(payload, obs) -> actions`, in one
+        jitted program (compiled once per policy): what `evaluation.run_episodes` does step by step
+        from the host, at the cost of one call. Returns (returns, lengths) per env."""
+        if policy not in self._played:
+            self._played[policy] = jax.jit(functools.partial(self._episodes, policy))
+        returns, lengths = jax.device_get(self._played[policy](payload, self.seeds))
+        return np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
+
+    def _episodes(self, policy: Callable, payload: Any, seeds: jax.Array) -> tuple[jax.Array, jax.Array]:
+        obs, batch = self.reset_fn(seeds)
+        n = self.num_envs
+
+        def body(carry):
+            t, obs, batch, returns, lengths, running = carry
+            batch, step = self.step_fn(batch, policy(payload, obs))
+            returns = returns + jnp.where(running, step.reward, 0.0)
+            lengths = lengths + running.astype(jnp.int32)
+            return t + 1, step.obs, batch, returns, lengths, running & ~(step.terminated | step.truncated)
+
+        def more(carry):  # the host loop's bound: max_steps + 1 steps
+            return (carry[0] <= self.spec.max_episode_steps) & carry[-1].any()
+
+        start = (jnp.int32(0), obs, batch, jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
+        _, _, _, returns, lengths, _ = jax.lax.while_loop(more, body, start)
+        return returns, lengths
 
     def close(self) -> None:
         self.batch = None

@@ -229,7 +229,8 @@ def build(resolved: ResolvedRun) -> Run:
     progress = ProgressDisplay(plan.total_steps, config.progress if primary else "off")
     board = EvalBoard(progress, agents)
     clock = RunClock(resumed_at_s(run_dir, restored))
-    policy = jax.jit(deterministic_policy(algo, env_options(config)))
+    traceable_policy = deterministic_policy(algo, env_options(config))
+    policy = jax.jit(traceable_policy)
     seeds = []
     for seed in opened:
         if not primary:  # process 0 writes the run directory and evaluates
@@ -242,6 +243,7 @@ def build(resolved: ResolvedRun) -> Run:
             lambda payload, obs: np.asarray(policy(payload, obs)), report.evaluation, resolved.spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
             evaluation_options(pool_options), config.eval_epsilon, functools.partial(random_actions_np, resolved.spec),
+            traceable_policy,
         )
         seeds.append(SeedRun(*seed, report, evaluator))
 

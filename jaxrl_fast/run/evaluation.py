@@ -132,6 +132,8 @@ class Evaluator:
       options: EnvPool options of the evaluation pool (`env.evaluation_options` of the training ones).
       epsilon, random_actions: with epsilon > 0, each step's action is `random_actions(rng, n)`'s
         with that probability (`epsilon_greedy`), from a generator seeded by (seed, step).
+      traceable_policy: `policy` before jit. A pool that plays whole episodes in one program (the
+        JAX-native backend's `play`) then runs the evaluation there, without a host call per step.
     """
 
     def __init__(
@@ -146,6 +148,7 @@ class Evaluator:
         options: dict[str, Any] | None = None,
         epsilon: float = 0.0,
         random_actions: Callable[[np.random.Generator, int], np.ndarray] | None = None,
+        traceable_policy: Callable[[Any, Any], Any] | None = None,
     ):
         if epsilon > 0 and random_actions is None:
             raise ValueError("an evaluation epsilon needs the env's random actions")
@@ -160,6 +163,8 @@ class Evaluator:
         self._on_result = on_result
         self._max_steps = max_episode_steps
         self._seed, self._epsilon, self._random_actions = seed, epsilon, random_actions
+        in_program = traceable_policy is not None and hasattr(self._pool, "play") and video is None and epsilon == 0
+        self._traceable_policy = traceable_policy if in_program else None
         self._lock = threading.Lock()
         self._pool_lock = threading.Lock()  # the thread and a final `evaluate` share the pool
         self._wake = threading.Condition(self._lock)
@@ -194,6 +199,10 @@ class Evaluator:
 
         def compile_policy() -> None:
             try:
+                if self._traceable_policy is not None:  # the whole episodes' program
+                    with self._pool_lock:
+                        self._pool.play(self._traceable_policy, zeros)
+                    return
                 self._policy(zeros, obs)
             except Exception as error:  # the first evaluation compiles it then, and reports what fails
                 log.debug("compiling the evaluation policy ahead failed: %s", error)
@@ -239,8 +248,11 @@ class Evaluator:
             if self._video is not None and (final or self._video.records(index, step)):
                 recorder = EpisodeRecorder(self._pool, video_path(self._video.run_dir, step))
             try:
-                returns, lengths = run_episodes(self._pool, self._acting(payload, step), self._max_steps,
-                                                on_frame=recorder.capture if recorder else None)
+                if self._traceable_policy is not None:
+                    returns, lengths = self._pool.play(self._traceable_policy, payload)
+                else:
+                    returns, lengths = run_episodes(self._pool, self._acting(payload, step), self._max_steps,
+                                                    on_frame=recorder.capture if recorder else None)
             except BaseException:
                 if recorder is not None:
                     recorder.finish(keep=False)  # half an episode of a failed evaluation is no evaluation video
