@@ -124,12 +124,12 @@ def main() -> None:
             row["adapter_over_alone"] = round(row["adapter_sps"] / row["alone_sps"], 3)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    import gymnax
+    from importlib.metadata import version
 
     result = {"command": "python experiments/bench_jax_envs.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-                          "jax": jax.__version__, "gymnax": gymnax.__version__,
+                          "jax": jax.__version__, "gymnax": version("gymnax"),
                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
               "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -112,22 +112,31 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None) -> tuple[C
         obs, state = env.reset_env(reset_key, params)
         return observe(obs), EnvBatch(state, jax.random.key_data(key), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
-    def step_one(batch: EnvBatch, action: jax.Array) -> tuple[EnvBatch, Step]:
+    def step_one(batch: EnvBatch, action: jax.Array, resets: bool) -> tuple[EnvBatch, Step]:
         key, step_key, reset_key = jax.random.split(jax.random.wrap_key_data(batch.key), 3)
         stepped_obs, stepped, reward, terminated, _ = env.step_env(step_key, batch.state, action, params)
         truncated = env.is_truncated(stepped, params) & ~terminated
-        reset_obs, reset = env.reset_env(reset_key, params)
-        fresh = batch.reset_step
-        state = jax.tree.map(lambda r, s: jnp.where(fresh, r, s), reset, stepped)
+        obs, state, fresh = observe(stepped_obs), stepped, batch.reset_step
+        if resets:
+            reset_obs, reset = env.reset_env(reset_key, params)
+            state = jax.tree.map(lambda r, s: jnp.where(fresh, r, s), reset, stepped)
+            obs = jnp.where(fresh, observe(reset_obs), obs)
         terminated, truncated = ~fresh & terminated, ~fresh & truncated
         elapsed = jnp.where(fresh, 0, batch.elapsed + 1)
         reward = jnp.where(fresh, 0.0, jnp.reshape(reward, ()).astype(jnp.float32))
-        step = Step(obs=jnp.where(fresh, observe(reset_obs), observe(stepped_obs)), reward=reward,
-                    terminated=terminated, truncated=truncated, elapsed_step=elapsed, score=reward,
-                    game_over=terminated | truncated)
+        step = Step(obs=obs, reward=reward, terminated=terminated, truncated=truncated, elapsed_step=elapsed,
+                    score=reward, game_over=terminated | truncated)
         return EnvBatch(state, jax.random.key_data(key), terminated | truncated, elapsed), step
 
-    return jax.vmap(reset_one), jax.vmap(step_one)
+    with_resets = jax.vmap(functools.partial(step_one, resets=True))
+    without_resets = jax.vmap(functools.partial(step_one, resets=False))
+
+    def step(batch: EnvBatch, action: jax.Array) -> tuple[EnvBatch, Step]:
+        # A gymnax reset costs as much as a step or more (MinAtar: 2x), and most steps reset no env:
+        # those skip it. Both branches draw the same keys, so which one runs changes no result.
+        return jax.lax.cond(batch.reset_step.any(), with_resets, without_resets, batch, action)
+
+    return jax.vmap(reset_one), step
 
 
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
