@@ -109,7 +109,7 @@ def test_a_flag_of_another_algorithm_is_refused(tmp_path):
     "args, message",
     [
         (["--env", "CartPole-v2"], "Did you mean: CartPole-v1"),
-        (["--env", "CoinrunEasy-v0"], "vector observations"),
+        (["--env", "D1Basic-v1"], "vector observations"),
         (["--algo", "a2c"], "--algo"),
         (["--ppo.num-minibatches", "3"], "--ppo.num-minibatches 3 does not divide"),
         (["--num-envs", "0"], "--num-envs must be positive"),

@@ -15,7 +15,7 @@ from jaxrl_fast.types import ConfigError
 VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text", "minigrid")  # minigrid: dicts, flattened
 
 
-PIXEL_FAMILIES = ("atari",)
+PIXEL_FAMILIES = ("atari", "procgen")  # uint8 images, channels first: Atari's [4, 84, 84] stacks, Procgen's [3, 64, 64]
 
 
 # gymnax's classic-control tasks: the same dynamics, limits and rewards as EnvPool's ids of these names.
@@ -24,7 +24,8 @@ GYMNAX_CLASSIC = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", 
 
 # Pool options the engine sets itself (`make_pool`'s arguments), never given through --env-kwargs.
 ENGINE_OPTIONS = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "max_num_players",
-                  "thread_affinity_offset", "gym_reset_return_info", "base_path", "task")
+                  "thread_affinity_offset", "gym_reset_return_info", "base_path", "task",
+                  "channel_first")  # Procgen's frame layout: the encoders take it channels first
 
 
 # Options that shape the learner's view of a game but not the game: evaluation pools leave them out,
@@ -53,7 +54,7 @@ def import_envpool_light() -> Any:
             import envpool  # noqa: F401  its `import envpool.entry` finds the stub
         except Exception:  # a layout this does not know: the whole package, as EnvPool imports it
             sys.modules.pop("envpool.entry", None)
-            import envpool  # noqa: F401
+            import_every_family()
         finally:
             if sys.modules.get("envpool.entry") is stub:
                 del sys.modules["envpool.entry"]  # a later `import envpool.entry` registers the rest
@@ -61,10 +62,17 @@ def import_envpool_light() -> Any:
         for family in LIGHT_FAMILIES:
             importlib.import_module(f"envpool.{family}.registration")
     except ImportError:
-        import envpool.entry  # noqa: F401
+        import_every_family()
     import envpool.registration
 
     return envpool.registration.registry
+
+
+def import_every_family() -> None:
+    """`import envpool.entry`, which registers every family, Qt 5 loaded first where it can be
+    (`load_qt_runtime`): Procgen's module tries to load its library once, at registration."""
+    load_qt_runtime()
+    import envpool.entry  # noqa: F401
 
 
 def registered_specs(env_id: str) -> dict[str, Any]:
@@ -72,7 +80,7 @@ def registered_specs(env_id: str) -> dict[str, Any]:
     when one of them holds it, every family's otherwise."""
     registry = import_envpool_light()
     if env_id not in registry.specs:
-        import envpool.entry  # noqa: F401  every family
+        import_every_family()
     return registry.specs
 
 
@@ -116,8 +124,8 @@ def env_suite(env_id: str) -> str | None:
 
 def unknown_env_message(env_id: str) -> str:
     import envpool
-    import envpool.entry  # noqa: F401  every family's ids
 
+    import_every_family()
     known = envpool.list_all_envs()
     close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.6)
     if not close:  # case and punctuation slips: 'cartpole' -> 'CartPole-v1'
@@ -145,10 +153,34 @@ def check_env_id(env_id: str) -> str:
     if family not in VECTOR_FAMILIES + PIXEL_FAMILIES:
         raise EnvError(
             f"--env: {env_id!r} is an EnvPool {family!r} task; this version trains "
-            f"on vector observations ({', '.join(VECTOR_FAMILIES)}) and Atari frames ({', '.join(PIXEL_FAMILIES)})."
+            f"on vector observations ({', '.join(VECTOR_FAMILIES)}) and images ({', '.join(PIXEL_FAMILIES)})."
         )
+    if family == "procgen" and not load_qt_runtime():
+        raise EnvError(f"--env: {env_id!r}: EnvPool's Procgen needs Qt 5's runtime: pip install -e \".[procgen]\" "
+                       f"(the PyQt5-Qt5 wheel's libraries), or the system's (apt install libqt5gui5)")
     observation_keys(env_id)  # an id EnvPool cannot make as we build it is refused here, in one line
     return family
+
+
+@functools.cache
+def load_qt_runtime() -> bool:
+    """Whether Qt 5's libraries, which EnvPool's Procgen module links to, can be loaded: the
+    system's, or those of the PyQt5-Qt5 wheel (the `procgen` extra), which this loads by path so
+    that the dynamic linker resolves Procgen's `libQt5Gui.so.5` to them."""
+    import ctypes
+    import ctypes.util
+    import importlib.util
+    from pathlib import Path
+
+    if sys.platform != "linux" or ctypes.util.find_library("Qt5Gui"):
+        return True
+    wheel = importlib.util.find_spec("PyQt5")
+    lib = Path(list(wheel.submodule_search_locations)[0]) / "Qt5" / "lib" if wheel else None
+    if lib is None or not (lib / "libQt5Gui.so.5").exists():
+        return False
+    for name in ("libQt5Core.so.5", "libQt5Gui.so.5"):
+        ctypes.CDLL(str(lib / name), mode=ctypes.RTLD_GLOBAL)
+    return True
 
 
 @functools.cache

@@ -136,7 +136,7 @@ def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
         return
     refusals = [
         (spec.family not in PIXEL_FAMILIES, f"{config.env} observes images {list(spec.obs_shape)}; this version trains on "
-                                            "Atari's frames only (its encoders are tested on them)"),
+                                            "Atari's and Procgen's only (its encoders are tested on them)"),
         (encoder == "none", f"{flag} none: {config.env} observes images {list(spec.obs_shape)}, which need an encoder "
                             "(nature or impala)"),
         (config.normalize_observations, f"--normalize-observations: {config.env} observes uint8 images, which the "
