@@ -28,4 +28,7 @@ TASKS = {
     # gymnax's envs (the JAX-native backend), the ones rejax trains: the same tasks, stepped in XLA
     "ppo_gymnax_cartpole": Task("ppo", "gymnax:CartPole-v1", 475.0, 5_000),
     "sac_gymnax_pendulum": Task("sac", "gymnax:Pendulum-v1", -200.0, 1_000),
+    # Gymnasium's own envs (the Python-stepped backend): the envs SB3 and sbx step
+    "ppo_gym_cartpole": Task("ppo", "gym:CartPole-v1", 475.0, 5_000),
+    "sac_gym_pendulum": Task("sac", "gym:Pendulum-v1", -200.0, 1_000),
 }

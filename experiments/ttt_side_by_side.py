@@ -82,6 +82,18 @@ TASKS = {
         "peers": {"rejax": ("venv-rejax", "ttt_sac_pendulum_rejax.py")},
         "goal": 0.5,
     },
+    "ppo_gym_cartpole": {  # SB3 and sbx step these same Python envs
+        "title": "PPO gym:CartPole-v1, to 475",
+        "task": PROTOCOL["ppo_gym_cartpole"],
+        "peers": {"sb3": ("venv-peers", "ttt_ppo_cartpole_sb3.py"), "sbx": ("venv-peers", "ttt_ppo_cartpole_sbx.py")},
+        "goal": 0.5,
+    },
+    "sac_gym_pendulum": {
+        "title": "SAC gym:Pendulum-v1, to -200",
+        "task": PROTOCOL["sac_gym_pendulum"],
+        "peers": {"sb3": ("venv-peers", "ttt_sac_pendulum_sb3.py"), "sbx": ("venv-peers", "ttt_sac_pendulum_sbx.py")},
+        "goal": 0.5,
+    },
 }
 
 

@@ -39,6 +39,15 @@ def test_gymnasium_cartpole_learns_with_ppo(tmp_path):
     assert result.summary["final_eval_return_mean"] >= 300, result.summary
 
 
+def test_gymnasium_ids_of_envpools_tasks_take_their_presets_and_own_classes_the_defaults():
+    from jaxrl_fast.run.api import preset_config
+
+    for algo, task in (("ppo", "CartPole-v1"), ("sac", "Pendulum-v1")):
+        ours, envpools = preset_config(f"gym:{task}", algo), preset_config(task, algo)
+        assert getattr(ours, algo) == getattr(envpools, algo) and ours.total_steps == envpools.total_steps
+    assert preset_config(CUSTOM, "ppo").ppo == jaxrl_fast.TrainConfig(env=CUSTOM, algo="ppo").ppo
+
+
 def test_no_transition_spans_a_reset_the_step_after_an_end_is_a_reset_step():
     xla_env = make_xla_env(CUSTOM, num_envs=2, num_threads=1, seed=0)
     assert xla_env.spec.family == "gymnasium" and xla_env.spec.max_episode_steps == 40

@@ -33,9 +33,11 @@ def _read(name: str) -> dict[str, Any] | None:
 
 
 def preset_file_name(env_id: str) -> str:
-    """An env's own preset file; a gymnax task (`gymnax:CartPole-v1`) takes the file of EnvPool's task
-    of the same name, the same dynamics."""
-    return env_id.removeprefix("gymnax:").replace("/", "__") + ".toml"
+    """An env's own preset file; a gymnax or Gymnasium id (`gymnax:CartPole-v1`, `gym:CartPole-v1`)
+    takes the file of EnvPool's task of the same name, the same dynamics."""
+    for prefix in ("gymnax:", "gym:"):
+        env_id = env_id.removeprefix(prefix)
+    return env_id.replace("/", "__") + ".toml"
 
 
 def available_presets() -> list[str]:

@@ -113,12 +113,15 @@ def env_family(env_id: str) -> str:
 def env_suite(env_id: str) -> str | None:
     """The suite whose presets an id takes on top of its family's: 'dm_control' for dm_control's
     tasks (EnvPool's `envpool.mujoco.dmc`, in the mujoco family beside gym's MuJoCo); for gymnax's,
-    'minatar' for MinAtar's games and EnvPool's family of the same task for classic control; else None."""
+    'minatar' for MinAtar's games and EnvPool's family of the same task for classic control; for a
+    Gymnasium id of a task EnvPool has too (`gym:CartPole-v1`), that task's family; else None."""
     if is_jax_env_id(env_id):
         name = env_id[len(JAX_ENV_PREFIX):]
         return "minatar" if name.endswith("-MinAtar") else "classic_control" if name in GYMNAX_CLASSIC else None
-    if is_gymnasium_id(env_id):
-        return None
+    if is_gymnasium_id(env_id):  # `gym:<id>` of a task EnvPool has too: that task's family
+        prefix, name = env_id.split(":", 1)
+        specs = registered_specs(name) if prefix == "gym" else {}
+        return specs[name][0].split(".")[1] if name in specs else None
     return "dm_control" if registered_specs(env_id)[env_id][0] == "envpool.mujoco.dmc" else None
 
 
