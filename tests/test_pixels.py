@@ -237,7 +237,7 @@ def test_procgen_frames_are_channels_first_rgb_and_take_the_published_ppo_settin
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, flags", [
-    ("ppo", ["--ppo.num-steps", "64", "--ppo.num-minibatches", "4", "--ppo.update-epochs", "1", "--total-steps", "3072"]),
+    ("ppo", ["--ppo.num-steps", "64", "--ppo.num-minibatches", "4", "--ppo.update-epochs", "1", "--total-steps", "2048"]),
     ("pqn", ["--pqn.num-steps", "32", "--pqn.num-minibatches", "2", "--pqn.update-epochs", "1", "--total-steps", "2048"]),
 ])
 def test_procgen_trains_on_the_impala_encoder_its_losses_and_scores_moving(tmp_path, algo, flags):
