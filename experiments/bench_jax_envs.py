@@ -66,10 +66,10 @@ def alone(name: str, num_envs: int, actions) -> tuple:
 
 
 def adapter(env_id: str, num_envs: int, actions) -> tuple:
-    from jaxrl_fast.env.jax_envs import env_functions, env_seeds
+    from jaxrl_fast.env.jax_envs import env_functions, env_seeds, start_keys
 
     reset, step = env_functions(env_id)
-    _, batch = jax.jit(reset)(env_seeds(0, num_envs))
+    _, batch = jax.jit(reset)(start_keys(env_seeds(0, num_envs)))
 
     @jax.jit
     def run(batch, actions):

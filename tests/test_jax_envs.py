@@ -67,10 +67,41 @@ def test_evaluation_episodes_played_in_one_program_equal_the_host_loops():
 
     weights = np.array([0.0, 0.3, 1.0, 0.2], np.float32)
     returns, lengths = pool.play(policy, weights)
-    host_returns, host_lengths = run_episodes(pool, lambda obs: np.asarray(policy(weights, obs)), 500)
+    host = make_pool(CARTPOLE, num_envs=6, num_threads=1, seed=11)  # its first reset: the same starts
+    host_returns, host_lengths = run_episodes(host, lambda obs: np.asarray(policy(weights, obs)), 500)
     np.testing.assert_array_equal(lengths, host_lengths)
     np.testing.assert_allclose(returns, host_returns)
     assert len(set(lengths.tolist())) > 1  # the envs played different episodes
+
+
+def test_skipping_resets_in_steps_that_need_none_changes_no_result():
+    from jaxrl_fast.env.jax_envs import env_functions, start_keys
+
+    keys = start_keys(np.arange(6, dtype=np.uint32))
+    actions = jax.random.randint(jax.random.key(1), (120, 6), 0, 2)  # envs end at different steps
+    rollouts = []
+    for skip in (True, False):
+        reset, step = env_functions(CARTPOLE, skip_resets=skip)
+        _, batch = reset(keys)
+        rollouts.append(jax.jit(lambda b, a: jax.lax.scan(step, b, a))(batch, actions))  # noqa: B023
+    (_, skipped), (_, always) = rollouts
+    jax.tree.map(np.testing.assert_array_equal, skipped, always)
+    resets_per_step = np.asarray(always.terminated | always.truncated)[:-1].sum(axis=1)
+    assert (resets_per_step == 0).any() and (resets_per_step > 0).any()  # both branches ran
+
+
+def test_each_evaluation_starts_new_episodes_and_is_reproducible():
+    def policy(weights, obs):
+        return (obs @ weights > 0).astype(jnp.int32)
+
+    weights = np.array([0.0, 0.3, 1.0, 0.2], np.float32)
+    runs = []
+    for _ in range(2):
+        pool = make_pool(CARTPOLE, num_envs=4, num_threads=1, seed=11)
+        pool.play(policy, weights, count=False)  # compiling ahead plays nothing that counts
+        runs.append([pool.play(policy, weights)[1] for _ in range(3)])
+    np.testing.assert_array_equal(runs[0], runs[1])  # a fresh pool replays the same evaluations
+    assert not np.array_equal(runs[0][0], runs[0][1])  # the next evaluation plays other starts
 
 
 def test_agents_envs_are_seeded_as_their_single_runs():

@@ -111,9 +111,12 @@ class GymPool:
         self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.limit}  # EnvPool's keys; one host thread
         self.elapsed = np.zeros(num_envs, np.int32)
         self.ended = np.zeros(num_envs, bool)
+        self.seeded = False
 
     def reset(self) -> tuple[np.ndarray, dict]:
-        obs, info = self.vector.reset(seed=self.seeds)
+        # seeded once: a pool reset again (the evaluator's, at each evaluation) starts new episodes, as EnvPool's does
+        obs, info = self.vector.reset(seed=None if self.seeded else self.seeds)
+        self.seeded = True
         self.elapsed[:], self.ended[:] = 0, False
         return self.flat(obs), info
 

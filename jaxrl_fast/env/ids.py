@@ -181,8 +181,11 @@ def load_qt_runtime() -> bool:
     lib = Path(list(wheel.submodule_search_locations)[0]) / "Qt5" / "lib" if wheel else None
     if lib is None or not (lib / "libQt5Gui.so.5").exists():
         return False
-    for name in ("libQt5Core.so.5", "libQt5Gui.so.5"):
-        ctypes.CDLL(str(lib / name), mode=ctypes.RTLD_GLOBAL)
+    try:
+        for name in ("libQt5Core.so.5", "libQt5Gui.so.5"):
+            ctypes.CDLL(str(lib / name), mode=ctypes.RTLD_GLOBAL)
+    except OSError:  # e.g. a system library they need (libGL) missing: Procgen is refused, the rest goes on
+        return False
     return True
 
 
@@ -231,9 +234,9 @@ def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
     if not options or is_gymnasium_id(env_id):  # the Gymnasium backend passes them to the constructor, which checks them
         return
     if is_jax_env_id(env_id):  # fields of gymnax's env parameters
-        from jaxrl_fast.env.jax_envs import make_gymnax
+        from jaxrl_fast.env.jax_envs import make_gymnax, option_items
 
-        make_gymnax(env_id, tuple(sorted(options.items())))
+        make_gymnax(env_id, option_items(options))
         return
     check_env_id(env_id)
     import envpool

@@ -75,7 +75,7 @@ def make_gymnax(env_id: str, options: tuple[tuple[str, Any], ...] = ()) -> tuple
 
 
 def spec_of(env_id: str, num_envs: int, options: dict[str, Any] | None = None) -> EnvSpec:
-    env, params = make_gymnax(env_id, tuple(sorted((options or {}).items())))
+    env, params = make_gymnax(env_id, option_items(options))
     obs = env.observation_space(params)
     action = env.action_space(params)
     discrete = hasattr(action, "n")
@@ -99,16 +99,18 @@ class EnvBatch(NamedTuple):
     elapsed: jax.Array  # int32: steps of the running episode
 
 
-def env_functions(env_id: str, options: dict[str, Any] | None = None) -> tuple[Callable, Callable]:
-    """`reset(seeds [N]) -> (obs, EnvBatch)` and `step(EnvBatch, action) -> (EnvBatch, Step)`, both
-    pure and jittable, vmapped over the envs."""
-    env, params = make_gymnax(env_id, tuple(sorted((options or {}).items())))
+def env_functions(env_id: str, options: dict[str, Any] | None = None,
+                  skip_resets: bool = True) -> tuple[Callable, Callable]:
+    """`reset(keys [N]) -> (obs, EnvBatch)` (the envs' start keys, `start_keys`) and
+    `step(EnvBatch, action) -> (EnvBatch, Step)`, both pure and jittable, vmapped over the envs.
+    `skip_resets=False` computes gymnax's reset at every step (the same results, slower)."""
+    env, params = make_gymnax(env_id, option_items(options))
 
     def observe(obs: jax.Array) -> jax.Array:
         return jnp.reshape(obs, (-1,)).astype(jnp.float32)
 
-    def reset_one(seed: jax.Array) -> tuple[jax.Array, EnvBatch]:
-        key, reset_key = jax.random.split(jax.random.key(seed))
+    def reset_one(start: jax.Array) -> tuple[jax.Array, EnvBatch]:
+        key, reset_key = jax.random.split(jax.random.wrap_key_data(start))
         obs, state = env.reset_env(reset_key, params)
         return observe(obs), EnvBatch(state, jax.random.key_data(key), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
@@ -136,7 +138,7 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None) -> tuple[C
         # those skip it. Both branches draw the same keys, so which one runs changes no result.
         return jax.lax.cond(batch.reset_step.any(), with_resets, without_resets, batch, action)
 
-    return jax.vmap(reset_one), step
+    return jax.vmap(reset_one), step if skip_resets else with_resets
 
 
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
@@ -145,22 +147,67 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     return np.asarray(seeds, np.uint32)
 
 
+def option_items(options: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """`--env-kwargs` as a hashable key (the caches of `make_gymnax` and the evaluation programs)."""
+    return tuple(sorted((options or {}).items()))
+
+
+def start_keys(seeds: np.ndarray, round: int = 0) -> jax.Array:
+    """The envs' key data at their `round`-th reset: `jax.random.key(seed)` first, then that key
+    folded with the round, so that a pool reset again starts new episodes, as EnvPool's does."""
+    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
+    if round:
+        keys = jax.vmap(jax.random.fold_in, (0, None))(keys, round)
+    return jax.random.key_data(keys)
+
+
+@functools.lru_cache(maxsize=None)
+def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: Callable) -> Callable:
+    """`(payload, start keys [N]) -> (returns, lengths)`: one episode per env from its reset, acted by
+    `policy(payload, obs)`, in one jitted program; one per env, options and policy, so the
+    evaluators of `--num-seeds` agents share it."""
+    reset, step = env_functions(env_id, dict(options))
+    max_steps = make_gymnax(env_id, options)[1].max_steps_in_episode
+
+    def episodes(payload: Any, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+        obs, batch = reset(keys)
+        n = keys.shape[0]
+
+        def body(carry):
+            t, obs, batch, returns, lengths, running = carry
+            batch, out = step(batch, policy(payload, obs))
+            returns = returns + jnp.where(running, out.reward, 0.0)
+            lengths = lengths + running.astype(jnp.int32)
+            return t + 1, out.obs, batch, returns, lengths, running & ~(out.terminated | out.truncated)
+
+        def more(carry):  # the host loop's bound (`evaluation.run_episodes`): max_steps + 1 steps
+            return (carry[0] <= max_steps) & carry[-1].any()
+
+        start = (jnp.int32(0), obs, batch, jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
+        _, _, _, returns, lengths, _ = jax.lax.while_loop(more, body, start)
+        return returns, lengths
+
+    return jax.jit(episodes)
+
+
 class GymnaxPool:
     """`num_envs` gymnax envs stepped from the host, with the surface the engine uses of an EnvPool
     pool (`reset()`, `step(actions)`, `config`): the probe's envs, and the evaluator's, which also
     play whole episodes inside one program (`play`)."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any):
+        self.env_id, self.options = env_id, option_items(options)
         self.spec = spec_of(env_id, num_envs, options)
         self.num_envs, self.seeds = num_envs, env_seeds(seed, num_envs)
         self.reset_fn, self.step_fn = env_functions(env_id, options)
         self._reset, self._step = jax.jit(self.reset_fn), jax.jit(self.step_fn)
         self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.spec.max_episode_steps}
         self.batch: EnvBatch | None = None
-        self._played: dict[Callable, Callable] = {}
+        self.resets = 0  # resets so far, episodes played included: each starts new episodes
 
     def reset(self) -> tuple[np.ndarray, dict]:
-        obs, self.batch = self._reset(self.seeds)
+        obs, self.batch = self._reset(start_keys(self.seeds, self.resets))
+        self.resets += 1
         return np.asarray(obs), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -168,32 +215,16 @@ class GymnaxPool:
         out = jax.device_get(out)
         return out.obs, out.reward, out.terminated, out.truncated, {"elapsed_step": out.elapsed_step}
 
-    def play(self, policy: Callable[[Any, jax.Array], jax.Array], payload: Any) -> tuple[np.ndarray, np.ndarray]:
-        """One episode in each env from its reset, acted by `policy(payload, obs) -> actions`, in one
-        jitted program (compiled once per policy): what `evaluation.run_episodes` does step by step
-        from the host, at the cost of one call. Returns (returns, lengths) per env."""
-        if policy not in self._played:
-            self._played[policy] = jax.jit(functools.partial(self._episodes, policy))
-        returns, lengths = jax.device_get(self._played[policy](payload, self.seeds))
+    def play(self, policy: Callable[[Any, jax.Array], jax.Array], payload: Any,
+             count: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """One episode in each env from a reset, acted by `policy(payload, obs) -> actions`, in one
+        jitted program (`episodes_program`): what `evaluation.run_episodes` does step by step from
+        the host, at the cost of one call. Returns (returns, lengths) per env. `count=False` plays
+        without counting a reset (the evaluator's compile-ahead call)."""
+        program = episodes_program(self.env_id, self.options, policy)
+        returns, lengths = jax.device_get(program(payload, start_keys(self.seeds, self.resets)))
+        self.resets += count
         return np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
-
-    def _episodes(self, policy: Callable, payload: Any, seeds: jax.Array) -> tuple[jax.Array, jax.Array]:
-        obs, batch = self.reset_fn(seeds)
-        n = self.num_envs
-
-        def body(carry):
-            t, obs, batch, returns, lengths, running = carry
-            batch, step = self.step_fn(batch, policy(payload, obs))
-            returns = returns + jnp.where(running, step.reward, 0.0)
-            lengths = lengths + running.astype(jnp.int32)
-            return t + 1, step.obs, batch, returns, lengths, running & ~(step.terminated | step.truncated)
-
-        def more(carry):  # the host loop's bound: max_steps + 1 steps
-            return (carry[0] <= self.spec.max_episode_steps) & carry[-1].any()
-
-        start = (jnp.int32(0), obs, batch, jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
-        _, _, _, returns, lengths, _ = jax.lax.while_loop(more, body, start)
-        return returns, lengths
 
     def close(self) -> None:
         self.batch = None
@@ -217,6 +248,5 @@ class JaxXlaEnv:
 
 def make_jax_xla_env(env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any) -> JaxXlaEnv:
     pool = GymnaxPool(env_id, num_envs, seed, **options)
-    reset, step = env_functions(env_id, options)
-    obs, batch = jax.jit(reset)(pool.seeds)
-    return JaxXlaEnv(pool.spec, pool, jax.device_get(batch), step, np.asarray(obs), options=dict(options))
+    obs, _ = pool.reset()
+    return JaxXlaEnv(pool.spec, pool, jax.device_get(pool.batch), pool.step_fn, obs, options=dict(options))

@@ -201,7 +201,7 @@ class Evaluator:
             try:
                 if self._traceable_policy is not None:  # the whole episodes' program
                     with self._pool_lock:
-                        self._pool.play(self._traceable_policy, zeros)
+                        self._pool.play(self._traceable_policy, zeros, count=False)
                     return
                 self._policy(zeros, obs)
             except Exception as error:  # the first evaluation compiles it then, and reports what fails

@@ -111,10 +111,7 @@ def check_backend(config: TrainConfig, spec: EnvSpec) -> None:
     kind = "Gymnasium" if spec.family == "gymnasium" else "gymnax"
     refusals = [
         (config.env_batch_size, "--env-batch-size: EnvPool's async mode needs an EnvPool id"),
-        (config.data_parallel and spec.family == "gymnasium",
-         "--data-parallel: each process would step its own Python envs; use an EnvPool id"),
-        (config.data_parallel and spec.family == "gymnax",
-         "--data-parallel shards EnvPool's pools; a gymnax run uses --num-seeds or one process"),
+        (config.data_parallel, "--data-parallel shards EnvPool's pools; use an EnvPool id, or --num-seeds for many agents"),
         (config.calibrate or config.recalibrate, "--calibrate measures EnvPool's pools; give --num-envs yourself"),
         (config.video_interval, f"--video-interval films EnvPool's renders; a {kind} env's run has no video"),
     ]
