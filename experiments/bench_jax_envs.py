@@ -1,12 +1,15 @@
-"""gymnax's envs inside jaxrl_fast against the env alone: env steps/s of one jitted scan.
+"""JAX-native envs (gymnax's, Brax's) inside jaxrl_fast against the env alone: env steps/s of one jitted scan.
 
     python experiments/bench_jax_envs.py                          # CartPole-v1 and Breakout-MinAtar, 8 and 64 envs
     python experiments/bench_jax_envs.py --envs Pendulum-v1 --num-envs 8,256
+    python experiments/bench_jax_envs.py --envs brax:halfcheetah --num-envs 16,2048   # Brax (MJX), the brax extra
 
 Three arms per env and batch size, each a `lax.scan` of `--steps` batched steps with random actions
 in one jitted program (compiled first, then timed over `--repeats` calls, best kept):
 
 - **alone**: gymnax's own `env.step`, vmapped, with its auto-reset: what PureJaxRL and rejax step;
+  for Brax, `brax.envs.create(..., batch_size=N)` (its episode and auto-reset wrappers, vmapped):
+  what Brax's own trainers step;
 - **adapter**: the JAX-native backend's step (`jaxrl_fast.env.jax_envs.env_functions`), with
   EnvPool's episode convention (the final observation kept, a reset step after each end);
 - **acting**: the adapter inside the engine's acting loop (`engine.acting.make_collect`) with PPO's
@@ -45,7 +48,10 @@ def random_actions(spec, key, steps: int, num_envs: int):
     return jax.random.uniform(key, (steps, num_envs, *spec.action_shape), minval=low, maxval=high)
 
 
-def alone(name: str, num_envs: int, actions) -> tuple:
+def alone(env_id: str, num_envs: int, actions, options: dict) -> tuple:
+    family, name = env_id.split(":", 1)
+    if family == "brax":
+        return brax_alone(name, num_envs, actions, options.get("backend", "mjx"))
     import gymnax
 
     env, params = gymnax.make(name)
@@ -65,10 +71,23 @@ def alone(name: str, num_envs: int, actions) -> tuple:
     return run, (state, keys, actions)
 
 
-def adapter(env_id: str, num_envs: int, actions) -> tuple:
+def brax_alone(name: str, num_envs: int, actions, backend: str) -> tuple:
+    from brax import envs
+
+    env = envs.create(name, backend=backend, episode_length=1000, batch_size=num_envs)
+    state = jax.jit(env.reset)(jax.random.key(0))
+
+    @jax.jit
+    def run(state, actions):
+        return jax.lax.scan(lambda s, a: (lambda s: (s, s.reward.sum()))(env.step(s, a)), state, actions)[1].sum()
+
+    return run, (state, actions)
+
+
+def adapter(env_id: str, num_envs: int, actions, options: dict) -> tuple:
     from jaxrl_fast.env.jax_envs import env_functions, env_seeds, start_keys
 
-    reset, step = env_functions(env_id)
+    reset, step = env_functions(env_id, options)
     _, batch = jax.jit(reset)(start_keys(env_seeds(0, num_envs)))
 
     @jax.jit
@@ -78,14 +97,14 @@ def adapter(env_id: str, num_envs: int, actions) -> tuple:
     return run, (batch, actions)
 
 
-def acting(env_id: str, num_envs: int, steps: int) -> tuple:
+def acting(env_id: str, num_envs: int, steps: int, options: dict) -> tuple:
     from jaxrl_fast.algos.ppo.learner import make_ppo
     from jaxrl_fast.engine.acting import env_options, init_env_carry, make_collect
     from jaxrl_fast.env.envpool import make_xla_env
     from jaxrl_fast.run.api import preset_config
 
     config = preset_config(env_id, "ppo")
-    env = make_xla_env(env_id, num_envs, 1, 0)
+    env = make_xla_env(env_id, num_envs, 1, 0, **options)
     algo = make_ppo(config.ppo, env.spec, 1_000_000)
     options = env_options(config)
     collect = make_collect(env, options, steps)
@@ -100,26 +119,37 @@ def acting(env_id: str, num_envs: int, steps: int) -> tuple:
     return run, (carry, jax.random.key(1))
 
 
+def installed(library: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(library) is not None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", default="CartPole-v1,Breakout-MinAtar", help="gymnax names, comma-separated")
+    parser.add_argument("--envs", default="CartPole-v1,Breakout-MinAtar",
+                        help="ids, comma-separated: gymnax:<name> or brax:<name>; a bare name is gymnax's")
     parser.add_argument("--num-envs", default="8,64")
+    parser.add_argument("--backend", help="a Brax id's physics backend (mjx, generalized, positional, spring)")
     parser.add_argument("--steps", type=int, default=1024, help="batched steps per timed call")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_jax_envs.json")
     args = parser.parse_args()
     from jaxrl_fast.env.envpool import probe_spec
 
+    options = {"backend": args.backend} if args.backend else {}
+
     rows = []
     for name in args.envs.split(","):
-        env_id = f"gymnax:{name}"
-        spec = probe_spec(env_id)
+        env_id = name if ":" in name else f"gymnax:{name}"
+        spec = probe_spec(env_id, options if env_id.startswith("brax:") else None)
         for num_envs in (int(n) for n in args.num_envs.split(",")):
             actions = random_actions(spec, jax.random.key(2), args.steps, num_envs)
-            row = {"env": env_id, "num_envs": num_envs}
-            for arm, (program, program_args) in {"alone": alone(name, num_envs, actions),
-                                                 "adapter": adapter(env_id, num_envs, actions),
-                                                 "acting": acting(env_id, num_envs, args.steps)}.items():
+            kwargs = options if env_id.startswith("brax:") else {}
+            row = {"env": env_id, "num_envs": num_envs, **kwargs}
+            for arm, (program, program_args) in {"alone": alone(env_id, num_envs, actions, kwargs),
+                                                 "adapter": adapter(env_id, num_envs, actions, kwargs),
+                                                 "acting": acting(env_id, num_envs, args.steps, kwargs)}.items():
                 row[f"{arm}_sps"] = round(best_rate(program, program_args, args.steps, num_envs, args.repeats))
             row["adapter_over_alone"] = round(row["adapter_sps"] / row["alone_sps"], 3)
             print(json.dumps(row), flush=True)
@@ -127,9 +157,10 @@ def main() -> None:
     from importlib.metadata import version
 
     result = {"command": "python experiments/bench_jax_envs.py " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out" and v is not None),
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-                          "jax": jax.__version__, "gymnax": version("gymnax"),
+                          "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+                          **{lib: version(lib) for lib in ("gymnax", "brax") if installed(lib)},
                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
               "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
     python experiments/bench_schedules.py              # table printed and written to experiments/results/
     python experiments/bench_schedules.py --quick      # smaller step budgets
+    python experiments/bench_schedules.py --setups sac-halfcheetah --calibrated no   # the preset's sizes only
 
 Each row is `python -m jaxrl_fast.train` in a fresh process (PPO on CartPole-v1 to 475, SAC on
 HalfCheetah-v4 for a fixed step budget), read back from its summary.json and metrics.jsonl:
@@ -114,6 +115,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--schedules", nargs="+", choices=("sync", "concurrent", "async"),
                         help="only these schedules (default: every schedule of each setup)")
+    parser.add_argument("--calibrated", choices=("both", "no", "yes"), default="both",
+                        help="the preset's sizes (no), calibrated ones (yes), or each schedule both ways")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_schedules.json")
     args = parser.parse_args()
 
@@ -128,7 +131,7 @@ def main() -> None:
             print(f"{name}: acting alone {r['acting_alone_sps']:,.0f} steps/s, learner alone {r['learner_alone_sps']:,.0f} "
                   f"steps/s -> overlapped bound {r['overlap_bound_sps']:,.0f}, serial bound {r['serial_bound_sps']:,.0f}",
                   flush=True)
-            for calibrate in (False, True):
+            for calibrate in {"both": (False, True), "no": (False,), "yes": (True,)}[args.calibrated]:
                 for schedule in [s for s in setup["schedules"] if args.schedules is None or s in args.schedules]:
                     row = run(setup, schedule, calibrate, Path(cache), args.quick)
                     rows.append(row)

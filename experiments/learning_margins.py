@@ -34,6 +34,10 @@ CASES: dict[str, tuple[list[str], bool]] = {
     "ppo_cartpole": (["--algo", "ppo", "--env", "CartPole-v1"], True),
     # tests/test_jax_envs.py: gymnax's CartPole-v1 (the JAX-native backend) on EnvPool CartPole-v1's preset
     "ppo_gymnax_cartpole": (["--algo", "ppo", "--env", "gymnax:CartPole-v1"], True),
+    # tests/test_brax.py: PPO on Brax's inverted_pendulum (MJX), 16 envs, 61,440 steps
+    "ppo_brax_pendulum": (["--algo", "ppo", "--env", "brax:inverted_pendulum", "--num-envs", "16", "--total-steps",
+                           "61440", "--eval-interval", "20480", "--ppo.num-steps", "64", "--ppo.num-minibatches", "4",
+                           "--ppo.update-epochs", "10", "--ppo.gamma", "0.99", "--ppo.learning-rate", "1e-3"], True),
     # tests/test_pqn.py: the preset, evaluated every 2,500 steps, to 475
     "pqn_cartpole": (["--algo", "pqn", "--env", "CartPole-v1", "--eval-interval", "2500"], True),
     # tests/test_sde.py: PPO with gSDE on MountainCarContinuous-v0, the preset

@@ -65,7 +65,7 @@ class Step(NamedTuple):
 class BatchedEnv(Protocol):
     """A batch of environments as the loops drive it, whichever backend steps them: EnvPool's
     `XlaEnv` (C++ threads, reached through XLA's FFI), the Gymnasium backend's `GymXlaEnv` (Python,
-    through an `io_callback`), the JAX-native `JaxXlaEnv` (gymnax's pure functions, vmapped).
+    through an `io_callback`), the JAX-native `JaxXlaEnv` (gymnax's or Brax's pure functions, vmapped).
 
     `step(handle, action) -> (handle, Step)` is traceable inside `jit` and `lax.scan`; `handle` is
     whatever the backend threads through its steps (EnvPool's pool handle, or the envs' own state

@@ -129,7 +129,7 @@ def test_saving_and_resuming_a_replay_keeps_the_peak_within_a_fifth_of_the_stead
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id, algo, flags", [
     # the Atari preset with its 1M-frame replay scaled down to 300k frames (2.1 GB)
-    ("Pong-v5", "dqn", ["--dqn.buffer-size", "300000", "--total-steps", "6000", "--dqn.learning-starts", "5000"]),
+    ("Pong-v5", "dqn", ["--dqn.buffer-size", "300000", "--total-steps", "5400", "--dqn.learning-starts", "5000"]),
     # the MuJoCo preset: a replay of 1M rows
     ("HalfCheetah-v4", "sac", ["--total-steps", "3000", "--sac.learning-starts", "2000"]),
 ], ids=["atari-dqn", "mujoco-sac"])

@@ -33,9 +33,9 @@ def _read(name: str) -> dict[str, Any] | None:
 
 
 def preset_file_name(env_id: str) -> str:
-    """An env's own preset file; a gymnax or Gymnasium id (`gymnax:CartPole-v1`, `gym:CartPole-v1`)
+    """An env's own preset file; a gymnax, Brax or Gymnasium id (`gymnax:CartPole-v1`, `gym:CartPole-v1`)
     takes the file of EnvPool's task of the same name, the same dynamics."""
-    for prefix in ("gymnax:", "gym:"):
+    for prefix in ("gymnax:", "brax:", "gym:"):
         env_id = env_id.removeprefix(prefix)
     return env_id.replace("/", "__") + ".toml"
 

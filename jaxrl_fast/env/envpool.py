@@ -108,11 +108,11 @@ def make_pool(env_id: str, num_envs: int, num_threads: int, seed: int | Sequence
     Dict observations come flat (`FlatObservations`). An id of the Gymnasium or the JAX-native
     backend gives that backend's pool."""
     if is_jax_env_id(env_id):
-        from jaxrl_fast.env.jax_envs import GymnaxPool, JaxEnvError
+        from jaxrl_fast.env.jax_envs import JaxEnvError, JaxEnvPool
 
         if 0 < batch_size < num_envs:
             raise JaxEnvError(f"{env_id}: EnvPool's async mode (--env-batch-size) needs an EnvPool id")
-        return GymnaxPool(env_id, num_envs, seed, **options)
+        return JaxEnvPool(env_id, num_envs, seed, **options)
     if is_gymnasium_id(env_id):
         from jaxrl_fast.env.gymnasium_env import GymEnvError, GymPool
 

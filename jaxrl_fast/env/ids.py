@@ -1,5 +1,5 @@
-"""Environment ids: which backend an id takes (EnvPool's plain ids, `gymnax:<id>`, `gym:<id>` and
-`module:Class`), EnvPool's ids and families, which the engine can train on, and their options."""
+"""Environment ids: which backend an id takes (EnvPool's plain ids, `gymnax:<id>`, `brax:<id>`,
+`gym:<id>` and `module:Class`), EnvPool's ids and families, which the engine can train on, and their options."""
 
 from __future__ import annotations
 
@@ -84,12 +84,14 @@ def registered_specs(env_id: str) -> dict[str, Any]:
     return registry.specs
 
 
-JAX_ENV_PREFIX = "gymnax:"  # the JAX-native backend's ids (jaxrl_fast.env.jax_envs)
+# The JAX-native backend's ids (jaxrl_fast.env.jax_envs): each prefix's library is the id's family.
+JAX_ENV_PREFIXES = {"gymnax:": "gymnax", "brax:": "brax"}
+JAX_FAMILIES = tuple(JAX_ENV_PREFIXES.values())
 
 
 def is_jax_env_id(env_id: str) -> bool:
-    """An id of the JAX-native backend: `gymnax:<name>`."""
-    return env_id.startswith(JAX_ENV_PREFIX)
+    """An id of the JAX-native backend: `gymnax:<name>` or `brax:<name>`."""
+    return env_id.startswith(tuple(JAX_ENV_PREFIXES))
 
 
 def is_gymnasium_id(env_id: str) -> bool:
@@ -99,9 +101,9 @@ def is_gymnasium_id(env_id: str) -> bool:
 
 def env_family(env_id: str) -> str:
     """The EnvPool module family of an id: 'classic_control', 'mujoco', 'atari', ...; 'gymnasium'
-    for an id of the Gymnasium backend (`gym:<id>`, `module:Class`), 'gymnax' for the JAX-native one."""
+    for an id of the Gymnasium backend (`gym:<id>`, `module:Class`), 'gymnax' or 'brax' for the JAX-native one's."""
     if is_jax_env_id(env_id):
-        return "gymnax"
+        return JAX_ENV_PREFIXES[env_id.split(":", 1)[0] + ":"]
     if is_gymnasium_id(env_id):
         return "gymnasium"
     specs = registered_specs(env_id)
@@ -116,7 +118,9 @@ def env_suite(env_id: str) -> str | None:
     'minatar' for MinAtar's games and EnvPool's family of the same task for classic control; for a
     Gymnasium id of a task EnvPool has too (`gym:CartPole-v1`), that task's family; else None."""
     if is_jax_env_id(env_id):
-        name = env_id[len(JAX_ENV_PREFIX):]
+        family, name = env_family(env_id), env_id.split(":", 1)[1]
+        if family != "gymnax":
+            return None
         return "minatar" if name.endswith("-MinAtar") else "classic_control" if name in GYMNAX_CLASSIC else None
     if is_gymnasium_id(env_id):  # `gym:<id>` of a task EnvPool has too: that task's family
         prefix, name = env_id.split(":", 1)
@@ -136,17 +140,17 @@ def unknown_env_message(env_id: str) -> str:
         close = [lowered[k] for k in difflib.get_close_matches(env_id.lower(), list(lowered), n=5, cutoff=0.5)]
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     return (f"--env: unknown EnvPool id {env_id!r}.{hint} (envpool.list_all_envs() lists all {len(known)}; "
-            f"gymnax:<id> takes gymnax's JAX-native envs, gym:<id> Gymnasium's registry, module.path:Class your own "
+            f"gymnax:<id> and brax:<id> take gymnax's and Brax's JAX-native envs, gym:<id> Gymnasium's registry, module.path:Class your own "
             f"gymnasium.Env.)")
 
 
 def check_env_id(env_id: str) -> str:
     """Return the family of a known id whose observations the networks can take, or raise EnvError."""
     if is_jax_env_id(env_id):
-        from jaxrl_fast.env.jax_envs import FAMILY, check_name
+        from jaxrl_fast.env.jax_envs import check_name, family_of
 
         check_name(env_id)
-        return FAMILY
+        return family_of(env_id)
     if is_gymnasium_id(env_id):  # the Gymnasium backend's: its spaces are checked when its envs are made
         from jaxrl_fast.env.gymnasium_env import FAMILY, constructor
 
@@ -233,10 +237,10 @@ def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
     another type than the option's default, naming the options there are."""
     if not options or is_gymnasium_id(env_id):  # the Gymnasium backend passes them to the constructor, which checks them
         return
-    if is_jax_env_id(env_id):  # fields of gymnax's env parameters
-        from jaxrl_fast.env.jax_envs import make_gymnax, option_items
+    if is_jax_env_id(env_id):  # fields of gymnax's env parameters, arguments of Brax's env
+        from jaxrl_fast.env.jax_envs import functional, option_items
 
-        make_gymnax(env_id, option_items(options))
+        functional(env_id, option_items(options))
         return
     check_env_id(env_id)
     import envpool

@@ -1,130 +1,239 @@
-"""The JAX-native backend: gymnax's environments, stepped inside the jitted loop.
+"""The JAX-native backend: gymnax's and Brax's environments, stepped inside the jitted loop.
 
-An id of the form `gymnax:<name>` (`gymnax:CartPole-v1`, `gymnax:Breakout-MinAtar`) takes this
-backend; it needs the `jax-envs` extra (`pip install -e ".[jax-envs]"`). Each env is a pure
-function of its state and a key, vmapped over the batch, so a run's whole loop, envs included, is
-one XLA program on whichever device acts. The "handle" an `XlaEnv` threads through its steps is here
-the envs' state itself (`EnvBatch`), and `--num-seeds` agents each step their own slice of it.
+An id of the form `gymnax:<name>` (`gymnax:CartPole-v1`, `gymnax:Breakout-MinAtar`) or
+`brax:<name>` (`brax:halfcheetah`, `brax:ant`) takes this backend; it needs the `jax-envs` extra
+(`pip install -e ".[jax-envs]"`) for gymnax, the `brax` extra for Brax. Each env is a pure
+function of its state (and, for gymnax, a key), vmapped over the batch, so a run's whole loop,
+envs included, is one XLA program on whichever device acts. The "handle" an `XlaEnv` threads
+through its steps is here the envs' state itself (`EnvBatch`), and `--num-seeds` agents each step
+their own slice of it.
+
+Each library comes in through one `FunctionalEnv` (`reset(key) -> (obs, state)`,
+`step(key, state, action) -> (obs, state, reward, terminated)`, its spaces and its time limit);
+everything else (keys, time limits, resets, evaluation) is this module's, the same for both.
 
 The step keeps EnvPool's convention (see `jaxrl_fast.env.envpool`): the step that ends an episode
 returns its final observation (for bootstrapping at a time limit), and the env's next step is a
 reset step (its action ignored, reward 0, no transition) that returns the new episode's first
-observation. gymnax's own auto-reset, which returns the next episode's observation in place of the
-final one, is not used. Env i is seeded `seed + i` (its key is `jax.random.key(seed + i)`), as
-EnvPool seeds its envs, so `--num-seeds` agents step exactly the envs of their single runs.
+observation. The libraries' own auto-resets (gymnax's, Brax's `AutoResetWrapper`), which return
+the next episode's observation in place of the final one, are not used. An episode is truncated
+after the env's time limit of steps (gymnax's `max_steps_in_episode`, `episode_length` for
+Brax, 1000 as in Brax's training). Env i is seeded `seed + i` (its key is
+`jax.random.key(seed + i)`), as EnvPool seeds its envs, so `--num-seeds` agents step exactly the
+envs of their single runs.
 
 Observations are float32 vectors (MinAtar's `[10, 10, C]` grids flattened, as PureJaxRL and rejax
-feed them to an MLP); actions are a gymnax `Discrete` or `Box`. `--env-kwargs` sets fields of the
-env's parameters (`max_steps_in_episode=1000`).
+feed them to an MLP); actions are a gymnax `Discrete` or `Box`, Brax's a box of [-1, 1].
+`--env-kwargs` sets fields of a gymnax env's parameters (`max_steps_in_episode=1000`), or a Brax
+env's constructor arguments, its physics `backend` and its `episode_length`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
+import inspect
+import io
+import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.env.ids import JAX_ENV_PREFIX as PREFIX
-from jaxrl_fast.env.ids import EnvError
+from jaxrl_fast.env.ids import JAX_ENV_PREFIXES, EnvError
 from jaxrl_fast.types import EnvSpec, Step
-
-FAMILY = "gymnax"
 
 
 class JaxEnvError(EnvError):
     pass
 
 
-def gymnax_module() -> Any:
+def family_of(env_id: str) -> str:
+    """'gymnax' or 'brax': the library of an id of this backend."""
+    return next(family for prefix, family in JAX_ENV_PREFIXES.items() if env_id.startswith(prefix))
+
+
+def name_of(env_id: str) -> str:
+    return env_id.split(":", 1)[1]
+
+
+def import_library(family: str) -> Any:
+    extra = {"gymnax": "jax-envs", "brax": "brax"}[family]
     try:
-        import gymnax
+        if family == "brax":
+            # MJX prints a line to stdout when NVIDIA Warp is absent; Brax's MJX backend is JAX's, not Warp's
+            with contextlib.redirect_stdout(io.StringIO()):
+                import brax.envs as library
+        else:
+            import gymnax as library
     except ImportError as error:
-        raise JaxEnvError(f"--env gymnax:<id> needs gymnax, which the jax-envs extra installs: "
-                          f"pip install -e \".[jax-envs]\" ({error})") from error
-    return gymnax
+        raise JaxEnvError(f"--env {family}:<id> needs {family}, which the {extra} extra installs: "
+                          f"pip install -e \".[{extra}]\" ({error})") from error
+    return library
+
+
+def known_names(family: str) -> list[str]:
+    library = import_library(family)
+    return sorted(library._envs) if family == "brax" else list(library.registered_envs)
 
 
 def check_name(env_id: str) -> str:
-    """The gymnax name of an id of this backend, or a JaxEnvError with the close matches."""
-    name = env_id[len(PREFIX):]
-    known = list(gymnax_module().registered_envs)
+    """The library's name of an id of this backend, or a JaxEnvError with the close matches."""
+    family, name = family_of(env_id), name_of(env_id)
+    known = known_names(family)
     if name not in known:
+        prefix = f"{family}:"
         close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(PREFIX + c for c in close)}?" if close else ""
-        raise JaxEnvError(f"--env: {name!r} is not one of gymnax's environments.{hint} (gymnax.registered_envs lists "
-                          f"all {len(known)})")
+        if not close:  # case slips: 'HalfCheetah' -> 'halfcheetah'
+            lowered = {k.lower(): k for k in known}
+            close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=5, cutoff=0.5)]
+        hint = f" Did you mean: {', '.join(prefix + c for c in close)}?" if close else ""
+        raise JaxEnvError(f"--env: {name!r} is not one of {family}'s environments.{hint} ({family} has "
+                          f"{len(known)}: {', '.join(known) if len(known) <= 16 else 'see its registry'})")
     return name
 
 
+def option_items(options: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """`--env-kwargs` as a hashable key (the caches of `functional` and the evaluation programs)."""
+    return tuple(sorted((options or {}).items()))
+
+
+def unknown_option(env_id: str, key: str, known: Sequence[str], what: str) -> JaxEnvError:
+    close = difflib.get_close_matches(key, list(known), n=3)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return JaxEnvError(f"--env-kwargs: {env_id} has no {what} {key!r}.{hint} It has: {', '.join(known)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionalEnv:
+    """One env of a library as pure functions, and its spaces: what this module needs of gymnax or Brax."""
+
+    reset: Callable[[jax.Array], tuple[jax.Array, Any]]  # key -> (obs, state)
+    step: Callable[[jax.Array, Any, jax.Array], tuple[jax.Array, Any, jax.Array, jax.Array]]  # -> obs, state, reward, terminated
+    obs_size: int
+    num_actions: int  # 0 for continuous actions
+    action_low: tuple[float, ...]  # () for discrete actions
+    action_high: tuple[float, ...]
+    max_steps: int  # the time limit: an episode is truncated after this many steps
+
+
 @functools.lru_cache(maxsize=None)
-def make_gymnax(env_id: str, options: tuple[tuple[str, Any], ...] = ()) -> tuple[Any, Any]:
-    """gymnax's env object and its parameters with `options` set."""
-    env, params = gymnax_module().make(check_name(env_id))
+def functional(env_id: str, options: tuple[tuple[str, Any], ...] = ()) -> FunctionalEnv:
+    """The env of an id with its `--env-kwargs` (`option_items`) set, built once per process."""
+    check_name(env_id)
+    return (brax_env if family_of(env_id) == "brax" else gymnax_env)(env_id, dict(options))
+
+
+def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
+    env, params = import_library("gymnax").make(name_of(env_id))
     fields = [f.name for f in dataclasses.fields(params)]
-    for key, value in options:
+    for key in options:
         if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=3)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise JaxEnvError(f"--env-kwargs: {env_id} has no parameter {key!r}.{hint} It has: {', '.join(fields)}")
-    return env, params.replace(**dict(options))
-
-
-def spec_of(env_id: str, num_envs: int, options: dict[str, Any] | None = None) -> EnvSpec:
-    env, params = make_gymnax(env_id, option_items(options))
-    obs = env.observation_space(params)
+            raise unknown_option(env_id, key, fields, "parameter")
+    params = params.replace(**options)
     action = env.action_space(params)
     discrete = hasattr(action, "n")
     if not discrete and not hasattr(action, "low"):
         raise JaxEnvError(f"--env: {env_id} acts in {type(action).__name__}; this backend takes a Discrete or a Box")
     shape = () if discrete else tuple(action.shape)
     bound = lambda x: tuple(float(v) for v in np.broadcast_to(np.asarray(x, np.float64), shape).reshape(-1))  # noqa: E731
-    return EnvSpec(
-        env_id=env_id, family=FAMILY, num_envs=num_envs, obs_shape=(int(np.prod(obs.shape)),),
-        discrete=discrete, num_actions=int(action.n) if discrete else 0, action_shape=shape,
+
+    def step(key, state, action):
+        obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
+        return obs, state, reward, terminated
+
+    return FunctionalEnv(
+        reset=lambda key: env.reset_env(key, params), step=step,
+        obs_size=int(np.prod(env.observation_space(params).shape)), num_actions=int(action.n) if discrete else 0,
         action_low=() if discrete else bound(action.low), action_high=() if discrete else bound(action.high),
-        max_episode_steps=int(params.max_steps_in_episode))
+        max_steps=int(params.max_steps_in_episode))
+
+
+BRAX_BACKENDS = ("positional", "generalized", "mjx", "spring")
+BRAX_BACKEND = "positional"  # Brax's training notebook's, and the fastest at 256 envs on a 2-core CPU (docs/own-env.md)
+BRAX_EPISODE_LENGTH = 1000  # Brax's training default, and its papers'
+
+
+def brax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
+    library, name = import_library("brax"), name_of(env_id)
+    options = dict(options)
+    backend = options.pop("backend", BRAX_BACKEND)
+    max_steps = options.pop("episode_length", BRAX_EPISODE_LENGTH)
+    if backend not in BRAX_BACKENDS:
+        raise JaxEnvError(f"--env-kwargs: backend={backend!r}; Brax's physics backends are {', '.join(BRAX_BACKENDS)}")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise JaxEnvError(f"--env-kwargs: episode_length={max_steps!r} must be a positive integer")
+    arguments = [p for p in inspect.signature(library._envs[name].__init__).parameters
+                 if p not in ("self", "backend", "kwargs")]
+    for key in options:
+        if key not in arguments:
+            raise unknown_option(env_id, key, ["backend", "episode_length", *arguments], "argument")
+    with warnings.catch_warnings():  # "not actively being maintained", at every env built (docs/own-env.md says so once)
+        warnings.filterwarnings("ignore", message="Brax System", category=UserWarning)
+        env = library.get_environment(name, backend=backend, **options)
+
+    def reset(key):
+        state = env.reset(key)
+        return state.obs, state
+
+    def step(key, state, action):  # Brax's physics draws no randomness: the key goes unused
+        state = env.step(state, action)
+        return state.obs, state, state.reward, state.done > 0.5
+
+    size = int(env.action_size)
+    # Brax's `observation_size` runs a reset op by op (15 s on a CPU under MJX); tracing one is free
+    obs_size = int(np.prod(jax.eval_shape(reset, jax.random.key(0))[0].shape))
+    return FunctionalEnv(reset=reset, step=step, obs_size=obs_size, num_actions=0,
+                         action_low=(-1.0,) * size, action_high=(1.0,) * size, max_steps=int(max_steps))
+
+
+def spec_of(env_id: str, num_envs: int, options: dict[str, Any] | None = None) -> EnvSpec:
+    env = functional(env_id, option_items(options))
+    discrete = env.num_actions > 0
+    return EnvSpec(
+        env_id=env_id, family=family_of(env_id), num_envs=num_envs, obs_shape=(env.obs_size,),
+        discrete=discrete, num_actions=env.num_actions, action_shape=() if discrete else (len(env.action_low),),
+        action_low=env.action_low, action_high=env.action_high, max_episode_steps=env.max_steps)
 
 
 class EnvBatch(NamedTuple):
-    """A batch of gymnax envs, `[num_envs, ...]` each: what the jitted loop threads as the handle."""
+    """A batch of JAX-native envs, `[num_envs, ...]` each: what the jitted loop threads as the handle."""
 
-    state: Any  # gymnax's env states
+    state: Any  # the library's env states
     key: jax.Array  # uint32 key data, one key per env
     reset_step: jax.Array  # bool: the env's next step is a reset step
-    elapsed: jax.Array  # int32: steps of the running episode
+    elapsed: jax.Array  # int32: steps of the running episode (its time limit truncates it)
 
 
 def env_functions(env_id: str, options: dict[str, Any] | None = None,
                   skip_resets: bool = True) -> tuple[Callable, Callable]:
     """`reset(keys [N]) -> (obs, EnvBatch)` (the envs' start keys, `start_keys`) and
     `step(EnvBatch, action) -> (EnvBatch, Step)`, both pure and jittable, vmapped over the envs.
-    `skip_resets=False` computes gymnax's reset at every step (the same results, slower)."""
-    env, params = make_gymnax(env_id, option_items(options))
+    `skip_resets=False` computes the library's reset at every step (the same results, slower)."""
+    env = functional(env_id, option_items(options))
 
     def observe(obs: jax.Array) -> jax.Array:
         return jnp.reshape(obs, (-1,)).astype(jnp.float32)
 
     def reset_one(start: jax.Array) -> tuple[jax.Array, EnvBatch]:
         key, reset_key = jax.random.split(jax.random.wrap_key_data(start))
-        obs, state = env.reset_env(reset_key, params)
+        obs, state = env.reset(reset_key)
         return observe(obs), EnvBatch(state, jax.random.key_data(key), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
     def step_one(batch: EnvBatch, action: jax.Array, resets: bool) -> tuple[EnvBatch, Step]:
         key, step_key, reset_key = jax.random.split(jax.random.wrap_key_data(batch.key), 3)
-        stepped_obs, stepped, reward, terminated, _ = env.step_env(step_key, batch.state, action, params)
-        truncated = env.is_truncated(stepped, params) & ~terminated
+        stepped_obs, stepped, reward, terminated = env.step(step_key, batch.state, action)
         obs, state, fresh = observe(stepped_obs), stepped, batch.reset_step
         if resets:
-            reset_obs, reset = env.reset_env(reset_key, params)
+            reset_obs, reset = env.reset(reset_key)
             state = jax.tree.map(lambda r, s: jnp.where(fresh, r, s), reset, stepped)
             obs = jnp.where(fresh, observe(reset_obs), obs)
-        terminated, truncated = ~fresh & terminated, ~fresh & truncated
         elapsed = jnp.where(fresh, 0, batch.elapsed + 1)
+        terminated = ~fresh & jnp.reshape(terminated, ())
+        truncated = ~fresh & ~terminated & (elapsed >= env.max_steps)
         reward = jnp.where(fresh, 0.0, jnp.reshape(reward, ()).astype(jnp.float32))
         step = Step(obs=obs, reward=reward, terminated=terminated, truncated=truncated, elapsed_step=elapsed,
                     score=reward, game_over=terminated | truncated)
@@ -134,7 +243,7 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None,
     without_resets = jax.vmap(functools.partial(step_one, resets=False))
 
     def step(batch: EnvBatch, action: jax.Array) -> tuple[EnvBatch, Step]:
-        # A gymnax reset costs as much as a step or more (MinAtar: 2x), and most steps reset no env:
+        # A reset costs as much as a step or more (MinAtar: 2x), and most steps reset no env:
         # those skip it. Both branches draw the same keys, so which one runs changes no result.
         return jax.lax.cond(batch.reset_step.any(), with_resets, without_resets, batch, action)
 
@@ -145,11 +254,6 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     """Env i's seed: `seed + i`, or `seed[i]` for a sequence (one per env), as EnvPool's."""
     seeds = [int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else [seed + i for i in range(num_envs)]
     return np.asarray(seeds, np.uint32)
-
-
-def option_items(options: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
-    """`--env-kwargs` as a hashable key (the caches of `make_gymnax` and the evaluation programs)."""
-    return tuple(sorted((options or {}).items()))
 
 
 def start_keys(seeds: np.ndarray, round: int = 0) -> jax.Array:
@@ -167,7 +271,7 @@ def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: 
     `policy(payload, obs)`, in one jitted program; one per env, options and policy, so the
     evaluators of `--num-seeds` agents share it."""
     reset, step = env_functions(env_id, dict(options))
-    max_steps = make_gymnax(env_id, options)[1].max_steps_in_episode
+    max_steps = functional(env_id, options).max_steps
 
     def episodes(payload: Any, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
         obs, batch = reset(keys)
@@ -190,8 +294,8 @@ def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: 
     return jax.jit(episodes)
 
 
-class GymnaxPool:
-    """`num_envs` gymnax envs stepped from the host, with the surface the engine uses of an EnvPool
+class JaxEnvPool:
+    """`num_envs` JAX-native envs stepped from the host, with the surface the engine uses of an EnvPool
     pool (`reset()`, `step(actions)`, `config`): the probe's envs, and the evaluator's, which also
     play whole episodes inside one program (`play`)."""
 
@@ -232,10 +336,10 @@ class GymnaxPool:
 
 @dataclasses.dataclass
 class JaxXlaEnv:
-    """gymnax envs as an `XlaEnv`: `handle` is their `EnvBatch` after reset, `step` is pure JAX."""
+    """JAX-native envs as an `XlaEnv`: `handle` is their `EnvBatch` after reset, `step` is pure JAX."""
 
     spec: EnvSpec
-    pool: GymnaxPool  # the same envs from the host (reset, config); the loop steps `handle`
+    pool: JaxEnvPool  # the same envs from the host (reset, config); the loop steps `handle`
     handle: EnvBatch
     step: Callable[[EnvBatch, jax.Array], tuple[EnvBatch, Step]]
     first_obs: np.ndarray
@@ -247,6 +351,6 @@ class JaxXlaEnv:
 
 
 def make_jax_xla_env(env_id: str, num_envs: int, seed: int | Sequence[int], **options: Any) -> JaxXlaEnv:
-    pool = GymnaxPool(env_id, num_envs, seed, **options)
+    pool = JaxEnvPool(env_id, num_envs, seed, **options)
     obs, _ = pool.reset()
     return JaxXlaEnv(pool.spec, pool, jax.device_get(pool.batch), pool.step_fn, obs, options=dict(options))

@@ -107,16 +107,23 @@ def epsilon_greedy(policy: Callable[[np.ndarray], np.ndarray], epsilon: float,
     return act
 
 
-def host_zeros_like(tree: Any) -> Any:
-    """Zeros of each leaf's shape and dtype, on the host's first CPU device: what the evaluator
-    receives from the training program's `io_callback` (committed there: a host numpy array would
-    be another program)."""
+def on_host_device(tree: Any) -> Any:
+    """`tree` committed to the host's first CPU device, as the evaluator acts on every payload: a
+    training program's `io_callback` hands it committed arrays there, the host numpy arrays, and
+    the two would be two programs to compile."""
     import jax
 
     from jaxrl_fast.engine.placement import host_device
 
     cpu = host_device()
-    return jax.tree.map(lambda x: jax.device_put(np.zeros(np.shape(x), x.dtype), cpu), tree)
+    return jax.tree.map(lambda x: jax.device_put(x, cpu) if isinstance(x, (np.ndarray, np.generic, jax.Array)) else x, tree)
+
+
+def host_zeros_like(tree: Any) -> Any:
+    """Zeros of each leaf's shape and dtype, on the host's first CPU device (`on_host_device`)."""
+    import jax
+
+    return on_host_device(jax.tree.map(lambda x: np.zeros(np.shape(x), x.dtype), tree))
 
 
 class Evaluator:
@@ -242,6 +249,7 @@ class Evaluator:
 
     def _evaluate(self, payload: Any, step: int, final: bool = False) -> EvalResult:
         start = time.perf_counter()
+        payload = on_host_device(payload)  # one program for every payload, whoever sent it
         with self._pool_lock:
             index, self.evaluations = self.evaluations, self.evaluations + 1
             recorder = None

@@ -283,7 +283,8 @@ def run_training(resolved: ResolvedRun, stop: StopRequest | None = None) -> dict
     if config.num_seeds > 1:
         sizes = (f"{config.num_seeds} seeds ({config.seed}-{config.seed + config.num_seeds - 1}), each "
                  f"{run.plan.total_steps:,d} steps over {plural(config.num_envs, 'env')}")
-    stepping = {"gymnax": "envs in the XLA program", "gymnasium": "Python envs on the host"}.get(
+    stepping = {"gymnax": "envs in the XLA program", "brax": "envs in the XLA program",
+                "gymnasium": "Python envs on the host"}.get(
         run.spec.family, plural(run.plan.num_threads, "EnvPool thread"))
     message(f"{config.algo} on {config.env}: {sizes}, {stepping}, {placement_text(run.schedule.describe())} -> {run.run_dir}")
     tracer = CallTracer(run.run_dir / PROFILE_DIR, run.plan.profile) if run.plan.profile else None

@@ -38,7 +38,8 @@ WARN_SHARE = 0.8
 # The process's resident set before its replay, rollout and parameters, by EnvPool family: the peak
 # of a run with a replay of a few MB, rounded up (docs/memory.md has the runs).
 RUNTIME_BYTES = {"classic_control": int(0.65 * GiB), "toy_text": int(0.65 * GiB), "box2d": int(0.7 * GiB),
-                 "mujoco": int(0.9 * GiB), "atari": int(1.0 * GiB), "gymnax": int(0.8 * GiB), "procgen": int(2.1 * GiB)}
+                 "mujoco": int(0.9 * GiB), "atari": int(1.0 * GiB), "gymnax": int(0.8 * GiB), "procgen": int(2.1 * GiB),
+                 "brax": int(1.9 * GiB)}
 RUNTIME_DEFAULT = int(1.0 * GiB)
 
 

@@ -26,7 +26,7 @@ from jaxrl_fast.config.plan import Plan, env_threads, make_plan
 from jaxrl_fast.config.run import OFF_POLICY, TrainConfig, algo_config, config_from_dict
 from jaxrl_fast.engine.cluster import Cluster
 from jaxrl_fast.env.envpool import probe_gpu_step, probe_spec
-from jaxrl_fast.env.ids import PIXEL_FAMILIES, check_env_kwargs, parse_env_kwargs
+from jaxrl_fast.env.ids import JAX_FAMILIES, PIXEL_FAMILIES, check_env_kwargs, parse_env_kwargs
 from jaxrl_fast.outputs.run_dir import CONFIG_FILE, check_run_dir, create_run_dir, default_run_dir
 from jaxrl_fast.types import ConfigError, EnvSpec
 
@@ -106,9 +106,9 @@ def check_actions(config: TrainConfig, spec: EnvSpec) -> None:
 def check_backend(config: TrainConfig, spec: EnvSpec) -> None:
     """What the Gymnasium backend's host envs and the JAX-native backend cannot do (docs/own-env.md
     lists it)."""
-    if spec.family not in ("gymnasium", "gymnax"):
+    if spec.family not in ("gymnasium", *JAX_FAMILIES):
         return
-    kind = "Gymnasium" if spec.family == "gymnasium" else "gymnax"
+    kind = {"gymnasium": "Gymnasium", "brax": "Brax"}.get(spec.family, spec.family)
     refusals = [
         (config.env_batch_size, "--env-batch-size: EnvPool's async mode needs an EnvPool id"),
         (config.data_parallel, "--data-parallel shards EnvPool's pools; use an EnvPool id, or --num-seeds for many agents"),

@@ -105,6 +105,11 @@ class EvalRequests(NamedTuple):
     def active(self) -> bool:
         return self.on_eval is not None and self.every > 0
 
+    def split(self, done: int, n: int) -> list[int]:
+        """`n` iterations after `done` as the calls of a fused program: cut after each iteration an
+        evaluation is due at, where the host hands the evaluator the policy (`from_host`)."""
+        return eval_chunks(done, n, self.every if self.active else 0)
+
     def from_host(self, iteration: int, payload: Callable[[], EvalPayload]) -> None:
         if self.active and eval_due(iteration, self.every):
             self.on_eval(payload(), iteration)
@@ -117,6 +122,33 @@ class EvalRequests(NamedTuple):
                 due &= lax.axis_index(self.axis_name) == 0
             lax.cond(due,
                      lambda: io_callback(self.on_eval, None, payload, iteration, ordered=False), lambda: None)
+
+
+def eval_chunks(done: int, n: int, every: int) -> list[int]:
+    """`n` iterations after `done` in runs that end after each multiple of `every` (0: one run)."""
+    if every <= 0 or n <= 0:
+        return [n]
+    chunks, at, end = [], done, done + n
+    while at < end:
+        stop = min(end, (at // every + 1) * every)
+        chunks.append(stop - at)
+        at = stop
+    return chunks
+
+
+def merge_calls(parts: list[tuple[int, dict[str, Any], EpisodeStats]]) -> CallResult:
+    """The calls of one `run` as one: (iterations, mean metrics, episodes) each, fetched to the
+    host; metrics weighted by their iterations, episodes summed. One part is returned as it is."""
+    parts = jax.device_get(parts)
+    if len(parts) == 1:
+        return CallResult(parts[0][1], parts[0][2])
+    total = max(sum(k for k, _, _ in parts), 1)
+    metrics = jax.tree.map(lambda *values: sum(k * v for (k, _, _), v in zip(parts, values)) / total,
+                           *[m for _, m, _ in parts])
+    episodes = parts[0][2]
+    for _, _, more in parts[1:]:
+        episodes = add_stats(episodes, more)
+    return CallResult(metrics, episodes)
 
 
 def trace_once(iteration, state: Any):

@@ -47,6 +47,7 @@ from jaxrl_fast.engine.schedules.base import (
     Snapshot,
     across_shards,
     mean_metrics,
+    merge_calls,
     scan_iterations,
     shard_key,
     summed_over_shards,
@@ -274,12 +275,28 @@ class OffPolicySchedule(ScheduleBase):
 
 class OffPolicyFused(OffPolicySchedule):
     """Off-policy `sync` with everything on the acting device: one jitted program per call (every
-    agent of --num-seeds in it)."""
+    agent of --num-seeds in it). Its calls end where an evaluation is due, and the host hands the
+    evaluator the policy: the program holds no host callback, so the persistent cache keeps it."""
 
     def make_loop(self, ctx: Context, requests: EvalRequests) -> OffPolicyLoop:
         config = ctx.config
+        self.requests = requests
         return fused_loop(ctx.algo, ctx.env, ctx.options, self.off_policy_plan, ctx.placement, ctx.plan.iterations_per_call,
-                          requests, config.num_seeds, config.batch_seed_updates)
+                          EvalRequests(None, 0), config.num_seeds, config.batch_seed_updates)
+
+    def start(self, restored: Any | None) -> float:
+        compile_s = super().start(restored)
+        self.done = int(self.state.iteration)
+        return compile_s
+
+    def run(self, n: int) -> CallResult:
+        parts = []
+        for k in self.requests.split(self.done, n):
+            self.state, metrics, episodes = self.loop.run(self.state, k)
+            self.done += k
+            parts.append((k, metrics, episodes))
+            self.requests.from_host(self.done, self.eval_payload)
+        return merge_calls(parts)
 
 
 class OffPolicyHostDriven(OffPolicySchedule):

@@ -1,8 +1,11 @@
 """The `sync` schedule for on-policy algorithms: collect a rollout, then update, in one program.
 
 EnvPool's XLA step runs inside `lax.scan`, so a call of `run` performs many whole iterations
-(rollout + update) without returning to Python. Evaluation requests leave the program through
-`io_callback`, which only enqueues: the loop never waits for an evaluation.
+(rollout + update) without returning to Python. The schedule's calls end where an evaluation is
+due and the host hands the policy to the evaluator, which only enqueues: the loop never waits for
+an evaluation. The program holds no host callback, so JAX's persistent cache can keep it (a
+program with an `io_callback` is never cached); inside `shard_map` (data-parallel), where the
+host cannot cut calls per shard, requests leave the program through `io_callback`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from jaxrl_fast.engine.schedules.base import (
     ScheduleBase,
     Snapshot,
     across_shards,
+    merge_calls,
     scan_iterations,
     shard_key,
 )
@@ -158,9 +162,9 @@ class OnPolicySync(ScheduleBase):
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call,
-                                   ctx.plan.eval_every_iterations, ctx.on_eval, ctx.config.num_seeds,
-                                   ctx.config.batch_seed_updates)
+        self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
+        self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call, 0, None,
+                                   ctx.config.num_seeds, ctx.config.batch_seed_updates)
 
     def start(self, restored: Any | None) -> float:
         env, acting = self.ctx.env, self.ctx.placement.acting
@@ -178,12 +182,17 @@ class OnPolicySync(ScheduleBase):
                 if restored is not None:
                     self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
                 self._run = compiled.result()
+            self.done = int(self.state.iteration)
             return time.perf_counter() - begin
 
     def run(self, n: int) -> CallResult:
-        self.state, metrics = self._run(self.state, jnp.int32(n))
-        metrics = jax.device_get(metrics)
-        return CallResult(metrics.train, metrics.episodes)
+        parts = []
+        for k in self.requests.split(self.done, n):
+            self.state, metrics = self._run(self.state, jnp.int32(k))
+            self.done += k
+            parts.append((k, metrics.train, metrics.episodes))
+            self.requests.from_host(self.done, self.eval_payload)
+        return merge_calls(parts)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(checkpointed(self.state), {})
