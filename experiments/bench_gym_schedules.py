@@ -1,0 +1,72 @@
+"""`sync` against `async` on Python-stepped Gymnasium envs: where acting and learning can overlap.
+
+    python experiments/bench_gym_schedules.py                   # DQN gym:Acrobot-v1, SAC gym:Pendulum-v1, seeds 0-2
+    python experiments/bench_gym_schedules.py --seeds 5 --tasks sac_gym_pendulum
+
+A Gymnasium env steps in Python on the host (one core, under the GIL), while the learner's XLA
+programs release the GIL: the `async` schedule's actor thread steps the envs while the learner
+updates, where `sync` does one after the other. Each row is `python -m jaxrl_fast.train` in a fresh
+process at the task's preset, evaluations off, and reads back env steps/s over training time
+(compilation excluded), the final evaluation, and the async run's mean policy lag. Writes
+`experiments/results/bench_gym_schedules.json` (`--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TASKS = {
+    "dqn_gym_acrobot": ["--algo", "dqn", "--env", "gym:Acrobot-v1", "--total-steps", "20000"],
+    "sac_gym_pendulum": ["--algo", "sac", "--env", "gym:Pendulum-v1", "--total-steps", "8000"],
+}
+SCHEDULES = ("sync", "async")
+
+
+def run(flags: list[str], schedule: str, seed: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "jaxrl_fast.train", *flags, "--schedule", schedule, "--seed", str(seed),
+               "--eval-interval", "0", "--progress", "off", "--run-dir", str(run_dir)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+        summary = json.loads((run_dir / "summary.json").read_text())
+    return {"schedule": schedule, "seed": seed, "sps": summary["sps"], "train_s": summary["train_s"],
+            "final_eval": summary["final_eval_return_mean"], "policy_lag_mean": summary.get("policy_lag_mean")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_gym_schedules.json")
+    args = parser.parse_args()
+    import jax
+
+    result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}",
+              "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+                          "jax": jax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+              "tasks": {}}
+    for task in args.tasks.split(","):
+        rows = [run(TASKS[task], schedule, seed) for seed in range(args.seeds) for schedule in SCHEDULES]
+        medians = {s: {k: statistics.median(r[k] for r in rows if r["schedule"] == s) for k in ("sps", "final_eval")}
+                   for s in SCHEDULES}
+        ratio = medians["async"]["sps"] / medians["sync"]["sps"]
+        result["tasks"][task] = {"flags": TASKS[task], "rows": rows, "medians": medians, "async_over_sync_sps": ratio}
+        print(f"{task}: sync {medians['sync']['sps']:,.0f} steps/s (final {medians['sync']['final_eval']:.1f}), "
+              f"async {medians['async']['sps']:,.0f} (final {medians['async']['final_eval']:.1f}): {ratio:.2f}x", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
