@@ -101,3 +101,19 @@ def test_a_failing_actor_thread_stops_the_run_with_its_error(tmp_path, monkeypat
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert "actor exploded" in summary["error"]
     assert not [t for t in threading.enumerate() if t.name.startswith("jaxrl_fast-actor")]
+
+
+def test_fused_calls_end_where_an_evaluation_is_due_and_merge_back_into_one():
+    import numpy as np
+
+    from jaxrl_fast.engine.schedules.base import eval_chunks, merge_calls
+    from jaxrl_fast.env.episodes import init_episode_stats
+
+    assert eval_chunks(3, 10, 4) == [1, 4, 4, 1]  # evaluations due after iterations 4, 8 and 12
+    assert eval_chunks(0, 8, 4) == [4, 4] and eval_chunks(5, 2, 10) == [2] and eval_chunks(0, 7, 0) == [7]
+    stats = init_episode_stats()
+    one = stats._replace(count=np.int32(1), return_sum=np.float32(10.0))
+    two = stats._replace(count=np.int32(2), return_sum=np.float32(5.0))
+    merged = merge_calls([(1, {"loss": np.float32(3.0)}, one), (3, {"loss": np.float32(1.0)}, two)])
+    assert merged.metrics["loss"] == 1.5  # weighted by the iterations of each call
+    assert int(merged.episodes.count) == 3 and float(merged.episodes.return_sum) == 15.0

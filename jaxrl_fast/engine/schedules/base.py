@@ -151,6 +151,19 @@ def merge_calls(parts: list[tuple[int, dict[str, Any], EpisodeStats]]) -> CallRe
     return CallResult(metrics, episodes)
 
 
+def run_in_calls(requests: EvalRequests, done: int, n: int, call: Callable[[int], tuple[Any, EpisodeStats]],
+                 payload: Callable[[], EvalPayload]) -> CallResult:
+    """`n` iterations after `done` as calls of a fused program, `call(k) -> (mean metrics,
+    episodes)` running k of them; the policy goes to the evaluator between calls where one is due."""
+    parts = []
+    for k in requests.split(done, n):
+        metrics, episodes = call(k)
+        done += k
+        parts.append((k, metrics, episodes))
+        requests.from_host(done, payload)
+    return merge_calls(parts)
+
+
 def trace_once(iteration, state: Any):
     """`iteration` traced to a jaxpr once, as a function that replays it, and the shapes of its
     metrics and episode statistics.

@@ -47,7 +47,7 @@ from jaxrl_fast.engine.schedules.base import (
     Snapshot,
     across_shards,
     mean_metrics,
-    merge_calls,
+    run_in_calls,
     scan_iterations,
     shard_key,
     summed_over_shards,
@@ -290,13 +290,13 @@ class OffPolicyFused(OffPolicySchedule):
         return compile_s
 
     def run(self, n: int) -> CallResult:
-        parts = []
-        for k in self.requests.split(self.done, n):
+        def call(k: int) -> tuple[Any, Any]:
             self.state, metrics, episodes = self.loop.run(self.state, k)
-            self.done += k
-            parts.append((k, metrics, episodes))
-            self.requests.from_host(self.done, self.eval_payload)
-        return merge_calls(parts)
+            return metrics, episodes
+
+        result = run_in_calls(self.requests, self.done, n, call, self.eval_payload)
+        self.done += n
+        return result
 
 
 class OffPolicyHostDriven(OffPolicySchedule):

@@ -36,7 +36,7 @@ from jaxrl_fast.engine.schedules.base import (
     ScheduleBase,
     Snapshot,
     across_shards,
-    merge_calls,
+    run_in_calls,
     scan_iterations,
     shard_key,
 )
@@ -186,13 +186,13 @@ class OnPolicySync(ScheduleBase):
             return time.perf_counter() - begin
 
     def run(self, n: int) -> CallResult:
-        parts = []
-        for k in self.requests.split(self.done, n):
+        def call(k: int) -> tuple[dict[str, jax.Array], EpisodeStats]:
             self.state, metrics = self._run(self.state, jnp.int32(k))
-            self.done += k
-            parts.append((k, metrics.train, metrics.episodes))
-            self.requests.from_host(self.done, self.eval_payload)
-        return merge_calls(parts)
+            return metrics.train, metrics.episodes
+
+        result = run_in_calls(self.requests, self.done, n, call, self.eval_payload)
+        self.done += n
+        return result
 
     def snapshot(self) -> Snapshot:
         return Snapshot(checkpointed(self.state), {})
