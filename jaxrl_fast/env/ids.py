@@ -147,10 +147,10 @@ def unknown_env_message(env_id: str) -> str:
 def check_env_id(env_id: str) -> str:
     """Return the family of a known id whose observations the networks can take, or raise EnvError."""
     if is_jax_env_id(env_id):
-        from jaxrl_fast.env.jax_envs import check_name, family_of
+        from jaxrl_fast.env.jax_envs import check_name
 
         check_name(env_id)
-        return family_of(env_id)
+        return env_family(env_id)
     if is_gymnasium_id(env_id):  # the Gymnasium backend's: its spaces are checked when its envs are made
         from jaxrl_fast.env.gymnasium_env import FAMILY, constructor
 

@@ -43,17 +43,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.env.ids import JAX_ENV_PREFIXES, EnvError
+from jaxrl_fast.env.ids import EnvError, env_family
 from jaxrl_fast.types import EnvSpec, Step
 
 
 class JaxEnvError(EnvError):
     pass
-
-
-def family_of(env_id: str) -> str:
-    """'gymnax' or 'brax': the library of an id of this backend."""
-    return next(family for prefix, family in JAX_ENV_PREFIXES.items() if env_id.startswith(prefix))
 
 
 def name_of(env_id: str) -> str:
@@ -82,7 +77,7 @@ def known_names(family: str) -> list[str]:
 
 def check_name(env_id: str) -> str:
     """The library's name of an id of this backend, or a JaxEnvError with the close matches."""
-    family, name = family_of(env_id), name_of(env_id)
+    family, name = env_family(env_id), name_of(env_id)
     known = known_names(family)
     if name not in known:
         prefix = f"{family}:"
@@ -124,7 +119,7 @@ class FunctionalEnv:
 def functional(env_id: str, options: tuple[tuple[str, Any], ...] = ()) -> FunctionalEnv:
     """The env of an id with its `--env-kwargs` (`option_items`) set, built once per process."""
     check_name(env_id)
-    return (brax_env if family_of(env_id) == "brax" else gymnax_env)(env_id, dict(options))
+    return (brax_env if env_family(env_id) == "brax" else gymnax_env)(env_id, dict(options))
 
 
 def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
@@ -153,7 +148,7 @@ def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
 
 
 BRAX_BACKENDS = ("positional", "generalized", "mjx", "spring")
-BRAX_BACKEND = "positional"  # Brax's training notebook's, and the fastest at 256 envs on a 2-core CPU (docs/own-env.md)
+BRAX_BACKEND = "positional"  # the fastest of the four at 256 envs on a 2-core CPU (docs/own-env.md)
 BRAX_EPISODE_LENGTH = 1000  # Brax's training default, and its papers'
 
 
@@ -194,7 +189,7 @@ def spec_of(env_id: str, num_envs: int, options: dict[str, Any] | None = None) -
     env = functional(env_id, option_items(options))
     discrete = env.num_actions > 0
     return EnvSpec(
-        env_id=env_id, family=family_of(env_id), num_envs=num_envs, obs_shape=(env.obs_size,),
+        env_id=env_id, family=env_family(env_id), num_envs=num_envs, obs_shape=(env.obs_size,),
         discrete=discrete, num_actions=env.num_actions, action_shape=() if discrete else (len(env.action_low),),
         action_low=env.action_low, action_high=env.action_high, max_episode_steps=env.max_steps)
 
