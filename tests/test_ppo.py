@@ -10,7 +10,7 @@ from jaxrl_fast.algos.ppo.learner import make_ppo
 from jaxrl_fast.config.presets import resolve_defaults
 from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.engine.acting import EnvOptions
-from jaxrl_fast.engine.schedules.sync import make_sync_loop
+from jaxrl_fast.engine.schedules.sync import make_sync_loop, split_call
 from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.types import Rollout, Transition
 from support import make_config, train
@@ -59,6 +59,25 @@ def test_training_iteration_compiles_once():
     assert loop.run._cache_size() == 1
     assert int(metrics.iterations) == 1
     assert int(state.iteration) == 7
+
+
+def test_split_iterations_are_the_fused_loops():
+    """EnvPool runs dispatch each iteration as a rollout and an update program (so that the update
+    is served by the persistent cache): same envs and seed, they reach the fused loop's state."""
+    ppo = PPOConfig(num_steps=32, num_minibatches=4, update_epochs=2)
+    _, _, loop, fused = make_loop("CartPole-v1", ppo, normalize=True, scale=True)
+    _, _, twin, split = make_loop("CartPole-v1", ppo, normalize=True, scale=True)  # its own pool
+    fused, metrics = loop.run(fused, jnp.int32(3))
+    split, split_metrics, episodes = split_call(twin.collect_batch, twin.learn_batch, split, 3)
+    assert int(split.iteration) == int(fused.iteration) == 3
+    close = lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)  # noqa: E731
+    jax.tree.map(close, jax.device_get(split.algo.params), jax.device_get(fused.algo.params))
+    jax.tree.map(close, split.env.obs_moments, fused.env.obs_moments)
+    assert set(split_metrics) == set(metrics.train)
+    for name, value in split_metrics.items():
+        close(value, metrics.train[name])
+    assert int(episodes.count) == int(metrics.episodes.count) > 0
+    close(episodes.return_sum, metrics.episodes.return_sum)
 
 
 def test_continuous_ppo_with_normalization_runs_and_stays_finite():

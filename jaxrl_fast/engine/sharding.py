@@ -40,6 +40,10 @@ class ShardedEnv(NamedTuple):
     has_gpu_step: bool
     options: dict[str, Any]
 
+    @property
+    def cacheable_step(self) -> bool:
+        return all(pool.cacheable_step for pool in self.pools)
+
     def step(self, handle: jax.Array, action: jax.Array) -> tuple[jax.Array, Step]:
         """This shard's pool steps (inside `shard_map`)."""
         if len(self.pools) == 1:

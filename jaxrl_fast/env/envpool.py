@@ -63,6 +63,7 @@ class XlaEnv(NamedTuple):
     step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
     has_gpu_step: bool  # EnvPool was built with a GPU target for its XLA calls
     options: dict[str, Any]  # the EnvPool options it was made with (e.g. Atari's episodic_life)
+    cacheable_step: bool = False  # the FFI call's attribute is the pool's address in this process
 
     def reset(self) -> np.ndarray:
         obs, _ = self.pool.reset()

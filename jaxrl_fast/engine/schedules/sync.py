@@ -16,6 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import (
@@ -39,6 +40,7 @@ from jaxrl_fast.engine.schedules.base import (
     run_in_calls,
     scan_iterations,
     shard_key,
+    total_episodes,
 )
 from jaxrl_fast.env.episodes import EpisodeStats
 from jaxrl_fast.types import Algorithm, BatchedEnv, Rollout
@@ -63,12 +65,29 @@ class CallMetrics(NamedTuple):
     iterations: jax.Array  # int32 []: iterations run by this call
 
 
+class Batch(NamedTuple):
+    """What one iteration's rollout hands its update."""
+
+    rollout: Rollout
+    finished: EpisodeStats  # the episodes that ended in the rollout
+    update_key: jax.Array
+
+
+class Learner(NamedTuple):
+    """The loop state an update reads and writes (no env carry: the update program never steps)."""
+
+    algo: Any
+    iteration: jax.Array
+
+
 class SyncLoop(NamedTuple):
     init: Callable[[jax.Array, Any, jax.Array], LoopState]
     run: Callable[[LoopState, jax.Array], tuple[LoopState, CallMetrics]]
-    collect: Callable[[LoopState], LoopState]  # jitted: one rollout, no update (for benchmarks)
     steps_per_iteration: int
     iterations_per_call: int
+    # The same iteration as two programs, for envs stepped through a host handle (`split_call`):
+    collect_batch: Callable[[Any, EnvCarry, jax.Array], tuple[EnvCarry, jax.Array, Batch]]  # (algo, env, key)
+    learn_batch: Callable[[Learner, Batch], tuple[Learner, dict[str, jax.Array]]]
 
 
 def make_sync_loop(
@@ -114,21 +133,25 @@ def make_sync_loop(
         return LoopState(learn(algo.init)(algo_key), init_env_carry(env, options, handle, first_obs, num_agents),
                          loop_key, jnp.zeros((), jnp.int32))
 
-    def rollout(state: LoopState, key: jax.Array):
-        policy = lambda obs, k: per_agent(algo.act)(state.algo, obs, k)  # noqa: E731
-        env_carry, transitions, finished = collect(state.env, policy, key)
-        return state._replace(env=env_carry), transitions, finished
+    def collect_batch(algo_state: Any, env_carry: EnvCarry, key: jax.Array) -> tuple[EnvCarry, jax.Array, Batch]:
+        key, rollout_key, update_key = per_agent(lambda k: tuple(jax.random.split(k, 3)))(key)
+        policy = lambda obs, k: per_agent(algo.act)(algo_state, obs, k)  # noqa: E731
+        env_carry, transitions, finished = collect(env_carry, policy, shard_key(rollout_key, axis_name))
+        last_obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(env_carry._replace(handle=None))
+        return env_carry, key, Batch(Rollout(transitions, last_obs), finished, update_key)
 
-    def iteration(state: LoopState) -> tuple[LoopState, dict[str, jax.Array], EpisodeStats]:
-        key, rollout_key, update_key = per_agent(lambda k: tuple(jax.random.split(k, 3)))(state.key)
-        state, transitions, finished = rollout(state, shard_key(rollout_key, axis_name))
-        last_obs = per_agent(lambda c: observe(options, c.obs_moments, c.obs))(state.env._replace(handle=None))
+    def learn_batch(learner: Learner, batch: Batch) -> tuple[Learner, dict[str, jax.Array]]:
         with jax.named_scope(phases.UPDATE):
             update = learn(algo.update, in_axes=(0, Rollout(1, 0), 0))  # transitions are [T, N, E, ...]
-            algo_state, metrics = update(state.algo, Rollout(transitions, last_obs), shard_key(update_key, axis_name))
-        state = state._replace(algo=algo_state, key=key, iteration=state.iteration + 1)
-        requests.from_program(state.iteration, EvalPayload(per_agent(algo.policy_params)(algo_state), state.env.obs_moments))
-        return state, metrics, finished
+            algo_state, metrics = update(learner.algo, batch.rollout, shard_key(batch.update_key, axis_name))
+        return Learner(algo_state, learner.iteration + 1), metrics
+
+    def iteration(state: LoopState) -> tuple[LoopState, dict[str, jax.Array], EpisodeStats]:
+        env_carry, key, batch = collect_batch(state.algo, state.env, state.key)
+        learner, metrics = learn_batch(Learner(state.algo, state.iteration), batch)
+        state = LoopState(learner.algo, env_carry, key, learner.iteration)
+        requests.from_program(state.iteration, EvalPayload(per_agent(algo.policy_params)(learner.algo), state.env.obs_moments))
+        return state, metrics, batch.finished
 
     def run(state: LoopState, num_iterations: jax.Array) -> tuple[LoopState, CallMetrics]:
         state, metrics, stats = scan_iterations(iteration, state, num_iterations, iterations_per_call)
@@ -138,10 +161,33 @@ def make_sync_loop(
     return SyncLoop(
         init=init,
         run=jax.jit(run, donate_argnums=0),
-        collect=jax.jit(lambda state: rollout(state, state.key)[0], donate_argnums=0),
         steps_per_iteration=env.spec.num_envs // num_agents * algo.rollout_length,  # each agent's
         iterations_per_call=iterations_per_call,
+        collect_batch=jax.jit(collect_batch, donate_argnums=(1, 2)),
+        learn_batch=jax.jit(learn_batch, donate_argnums=0),
     )
+
+
+def split_call(collect_batch: Callable, learn_batch: Callable, state: LoopState,
+               num_iterations: int) -> tuple[LoopState, dict[str, Any], EpisodeStats]:
+    """A `SyncLoop`'s `run(state, num_iterations)` as two programs per iteration (its
+    `collect_batch` and `learn_batch`, or their compiled forms), dispatched from the host; returns
+    the state, the iterations' mean metrics and their episodes, on the host.
+
+    Why: a program that holds EnvPool's XLA step carries the pool's address as an attribute, so its
+    persistent-cache key changes with every process and each run compiled the whole loop again.
+    Here only the rollout program holds the step; the update, the larger compile, is cached. The
+    iterations are the fused loop's, op for op."""
+    env_carry, key, learner = state.env, state.key, Learner(state.algo, state.iteration)
+    metrics, finished = [], []
+    for _ in range(num_iterations):
+        env_carry, key, batch = collect_batch(learner.algo, env_carry, key)
+        learner, m = learn_batch(learner, batch)
+        metrics.append(m)
+        finished.append(batch.finished)
+    metrics = jax.device_get(metrics)  # one transfer, after the call's last dispatch
+    mean = {name: np.mean([m[name] for m in metrics], axis=0) for name in metrics[0]} if metrics else {}  # per agent
+    return LoopState(learner.algo, env_carry, key, learner.iteration), mean, total_episodes(finished)
 
 
 def checkpointed(state: LoopState) -> dict[str, Any]:
@@ -157,14 +203,25 @@ def with_checkpointed(state: LoopState, saved: dict[str, Any]) -> LoopState:
     return state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"], env=env)
 
 
+# Split loops run the iterations of short runs: each iteration's two dispatches cost about 1.5 ms
+# more than the fused loop's (PPO CartPole-v1, 2-core CPU, experiments/bench_split.py), while a
+# warm start saves the fused loop's compilation (2-3 s there), so the fused loop pays beyond
+# about 2,000 iterations.
+SPLIT_MAX_ITERATIONS = 2_000
+
+
 class OnPolicySync(ScheduleBase):
-    """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device."""
+    """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device, or,
+    for runs of at most `SPLIT_MAX_ITERATIONS` over envs stepped through a host handle (EnvPool's,
+    Gymnasium's), the same iterations as a rollout program and an update program (`split_call`),
+    so that a warm start finds the update in JAX's persistent cache."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
         self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call, 0, None,
                                    ctx.config.num_seeds, ctx.config.batch_seed_updates)
+        self.split = not ctx.env.cacheable_step and ctx.plan.total_iterations <= SPLIT_MAX_ITERATIONS
 
     def start(self, restored: Any | None) -> float:
         env, acting = self.ctx.env, self.ctx.placement.acting
@@ -174,25 +231,52 @@ class OnPolicySync(ScheduleBase):
             # The loop compiles from the state's shapes on a second thread while `init` compiles and
             # runs here: XLA releases the GIL, so the two compilations overlap.
             where = jax.sharding.SingleDeviceSharding(acting)
-            shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type),
-                                  jax.eval_shape(self.loop.init, *args))
-            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile-loop") as compiler:
-                compiled = compiler.submit(lambda: self.loop.run.lower(shapes, jnp.int32(0)).compile())
+            placed = lambda tree: jax.tree.map(  # noqa: E731
+                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type), tree)
+            shapes = placed(jax.eval_shape(self.loop.init, *args))
+            with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop") as compiler:
+                if self.split:
+                    programs = self._compile_split(compiler, shapes, placed)
+                else:
+                    compiled = compiler.submit(lambda: self.loop.run.lower(shapes, jnp.int32(0)).compile())
                 self.state = jax.jit(self.loop.init)(*args)
                 if restored is not None:
                     self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
-                self._run = compiled.result()
+                if self.split:
+                    self._collect, self._learn = programs.result()
+                else:
+                    self._run = compiled.result()
             self.done = int(self.state.iteration)
             return time.perf_counter() - begin
 
+    def _compile_split(self, compiler: concurrent.futures.Executor, shapes: LoopState,
+                       placed: Callable) -> concurrent.futures.Future:
+        """The rollout and the update program, compiled ahead on the two threads of `compiler`
+        (the update is traced from the rollout's output shapes)."""
+        loop = self.loop
+
+        def both() -> tuple[Any, Any]:
+            collect = loop.collect_batch.trace(shapes.algo, shapes.env, shapes.key)
+            learner, batch = Learner(shapes.algo, shapes.iteration), placed(collect.out_info[2])
+            learn = compiler.submit(lambda: loop.learn_batch.trace(learner, batch).lower().compile())
+            return collect.lower().compile(), learn.result()
+
+        return compiler.submit(both)
+
     def run(self, n: int) -> CallResult:
         def call(k: int) -> tuple[dict[str, jax.Array], EpisodeStats]:
+            if self.split:
+                self.state, metrics, episodes = split_call(self._collect, self._learn, self.state, k)
+                return metrics, episodes
             self.state, metrics = self._run(self.state, jnp.int32(k))
             return metrics.train, metrics.episodes
 
         result = run_in_calls(self.requests, self.done, n, call, self.eval_payload)
         self.done += n
         return result
+
+    def summary(self, train_s: float) -> dict[str, Any]:
+        return {"loop": "split" if self.split else "fused"}
 
     def snapshot(self) -> Snapshot:
         return Snapshot(checkpointed(self.state), {})
