@@ -185,7 +185,7 @@ def split_call(collect_batch: Callable, learn_batch: Callable, state: LoopState,
         learner, m = learn_batch(learner, batch)
         metrics.append(m)
         finished.append(batch.finished)
-    metrics = jax.device_get(metrics)  # one transfer, after the call's last dispatch
+    metrics, finished = jax.device_get((metrics, finished))  # one transfer, after the call's last dispatch
     mean = {name: np.mean([m[name] for m in metrics], axis=0) for name in metrics[0]} if metrics else {}  # per agent
     return LoopState(learner.algo, env_carry, key, learner.iteration), mean, total_episodes(finished)
 
@@ -203,10 +203,11 @@ def with_checkpointed(state: LoopState, saved: dict[str, Any]) -> LoopState:
     return state._replace(algo=saved["algo"], key=saved["key"], iteration=saved["iteration"], env=env)
 
 
-# Split loops run the iterations of short runs: each iteration's two dispatches cost about 1.5 ms
-# more than the fused loop's (PPO CartPole-v1, 2-core CPU, experiments/bench_split.py), while a
-# warm start saves the fused loop's compilation (2-3 s there), so the fused loop pays beyond
-# about 2,000 iterations.
+# Split loops run the iterations of short runs. On a 2-core CPU, each iteration's two dispatches
+# cost 0.7-1.5 ms more than the fused loop's where iterations are short (experiments/bench_split.py),
+# and a warm start saved 0.83 s to 475 on PPO CartPole-v1, the smallest update (docs/profiling.md):
+# break-even there is about 570 iterations. The bound leaves room for larger updates, whose compile
+# a warm start saves too; it is a judgement, not yet a measurement of each preset.
 SPLIT_MAX_ITERATIONS = 2_000
 
 
