@@ -47,7 +47,7 @@ def test_bad_input_raises_the_clis_message_and_writes_nothing(tmp_path, capsys, 
 @pytest.mark.parametrize("keywords, message", [
     (dict(total_step=10), "total_step: no such setting. Did you mean: total_steps?"),
     (dict(total_steps="many"), "--total-steps takes int, got 'many'"),
-    (dict(schedule="later"), "--schedule takes one of 'sync', 'concurrent', 'async', got 'later'"),
+    (dict(schedule="later"), "--schedule takes one of 'auto', 'sync', 'concurrent', 'async', got 'later'"),
     (dict(sac={"tau": 0.1}), "sac=...: the run's algorithm is ppo"),
     (dict(ppo={"learning_rat": 0.1}), "--ppo.learning-rat: ppo has no such setting. Did you mean: learning_rate?"),
     (dict(ppo=0.1), "ppo=...: give a dict of its settings"),

@@ -28,7 +28,7 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, tmp_path, capsys):
-    config = make_config("CartPole-v1", "ppo")
+    config = make_config("CartPole-v1", "ppo", schedule="sync")  # what `train` resolves auto to
     result = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
     assert result.elapsed_s <= 12.0 * 1.25  # the budget is planned from measured costs; one step may overrun a little
     assert result.envpool and result.acting and result.learning and result.candidates
@@ -76,7 +76,7 @@ def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
 
 @pytest.mark.slow
 def test_recalibrate_measures_again(cache):
-    config = make_config("CartPole-v1", "ppo", num_envs=4)
+    config = make_config("CartPole-v1", "ppo", schedule="sync", num_envs=4)
     first = calibration.calibrate(config, resolved(config).placement, budget_s=6.0)
     second = calibration.calibrate(config, resolved(config).placement, budget_s=6.0, recalibrate=True)
     assert not first.cached and not second.cached
@@ -174,7 +174,7 @@ def test_essential_measurements_are_taken_even_with_an_exhausted_budget():
 
 
 def test_the_plans_state_the_presets_sizes_as_essential():
-    ppo = make_config("CartPole-v1", "ppo")
+    ppo = make_config("CartPole-v1", "ppo", schedule="sync")
     plan = calibration.on_policy_plan(ppo, {4: 1, ppo.num_envs: 2, 16: 2})
     assert {(m.kind, m.args.get("num_envs")) for m in plan if m.essential} == {("acting", ppo.num_envs),
                                                                                ("update", ppo.num_envs)}

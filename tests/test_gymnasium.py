@@ -1,6 +1,8 @@
 """The Gymnasium backend: Gymnasium's registered ids (`gym:<id>`) and the user's own class
 (`module:Class`) trained through the same API and CLI as EnvPool's ids."""
 
+import json
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,6 +21,8 @@ def test_a_users_own_gymnasium_class_trains_through_the_api(tmp_path, algo, step
     # staying put scores about -27, heading for the target about -2
     result = jaxrl_fast.train(env=CUSTOM, algo=algo, total_steps=steps, progress="off", run_dir=tmp_path / "run")
     assert result.summary["final_eval_return_mean"] > -8.0, result.summary
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())  # --schedule auto, the default
+    assert recorded["schedule"] == {"ppo": "sync", "sac": "async"}[algo] and recorded["schedule_reason"]
     policy = jaxrl_fast.load_policy(tmp_path / "run")
     assert policy(np.array([[0.0, 0.5], [0.5, -0.5]], np.float32)).shape == (2, 1)
 

@@ -164,7 +164,7 @@ def test_a_run_stopped_between_agents_saves_resumes_from_the_step_every_agent_sa
 
 
 def off_policy_loop(num_agents, seed, **sac):
-    config = make_config("Pendulum-v1", "sac", seed=seed, num_seeds=num_agents, total_steps=4_000)
+    config = make_config("Pendulum-v1", "sac", seed=seed, num_seeds=num_agents, total_steps=4_000, schedule="sync")
     config = dataclasses.replace(config, sac=dataclasses.replace(config.sac, **sac))
     envs = config.num_envs
     env = make_xla_env("Pendulum-v1", num_agents * envs, 1, agent_env_seeds(seed, num_agents, envs) if num_agents > 1 else seed)

@@ -25,6 +25,7 @@ CPU = jax.devices("cpu")
 def config_for(algo, env_id, **changes):
     if algo != "ppo":  # a short warm-up and a small buffer: these tests look at devices, not learning
         changes.setdefault(algo, dict(learning_starts=64, buffer_size=4096))
+    changes.setdefault("schedule", "sync")  # as resolved from the default, auto, for these EnvPool ids
     return make_config(env_id, algo, total_steps=4096, eval_interval=0, log_interval=256, **changes)
 
 

@@ -117,3 +117,20 @@ def test_fused_calls_end_where_an_evaluation_is_due_and_merge_back_into_one():
     merged = merge_calls([(1, {"loss": np.float32(3.0)}, one), (3, {"loss": np.float32(1.0)}, two)])
     assert merged.metrics["loss"] == 1.5  # weighted by the iterations of each call
     assert int(merged.episodes.count) == 3 and float(merged.episodes.return_sum) == 15.0
+
+
+@pytest.mark.parametrize("env_id, algo, extra, chosen, why", [
+    ("gym:Pendulum-v1", "sac", {}, "async", "Python-stepped"),
+    ("custom_envs:PointToTarget", "td3", {}, "async", "Python-stepped"),
+    ("gym:Acrobot-v1", "dqn", {"num_seeds": 2}, "sync", "--num-seeds"),
+    ("gym:CartPole-v1", "ppo", {}, "sync", "off-policy only"),
+    ("Pendulum-v1", "sac", {}, "sync", "fused program"),
+    ("CartPole-v1", "pqn", {}, "sync", "fused program"),
+])
+def test_auto_schedule_takes_async_where_it_was_measured_faster_and_says_why(env_id, algo, extra, chosen, why):
+    from jaxrl_fast.run.resolve import check_inputs
+
+    inputs = check_inputs(make_config(env_id, algo, **extra), run_dir=False)  # the default: --schedule auto
+    assert inputs.config.schedule == chosen and why in inputs.schedule_reason
+    named = check_inputs(make_config(env_id, algo, schedule="sync", **extra), run_dir=False)
+    assert named.config.schedule == "sync" and named.schedule_reason is None

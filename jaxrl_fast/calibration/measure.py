@@ -469,7 +469,10 @@ def measuring_functions(setup: Setup) -> dict[str, Callable[..., list[Row]]]:
 def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0, recalibrate: bool = False,
               log=print) -> Calibration:
     """Measure (or load from the cache) and choose, on the devices of the run's `placement`; see the
-    module docstring."""
+    module docstring. `config` is resolved: its schedule is named (`resolve.check_inputs` chooses for
+    `auto`)."""
+    if config.schedule == "auto":
+        raise ValueError("calibrate takes a resolved config: --schedule auto is chosen by resolve.check_inputs first")
     path = cache_dir() / f"{cache_key(config)}.json"
     if path.exists() and not recalibrate:
         try:

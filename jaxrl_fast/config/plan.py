@@ -39,6 +39,8 @@ def dispatch_steps(config: Any) -> int:
     """Fewest env steps an iteration holds. The host-driven concurrent and async schedules pay a
     dispatch (milliseconds on an accelerator) per iteration, so they act and update in batches of
     at least this many steps; `sync` keeps the algorithm's own iteration (it runs fused)."""
+    if config.schedule == "auto":  # a plan is made from a resolved config
+        raise ValueError("--schedule auto is chosen by resolve.check_inputs before the plan is made")
     if config.schedule == "sync":
         return 1
     return config.dispatch_steps or DEFAULT_DISPATCH_STEPS

@@ -191,6 +191,7 @@ def record_config(run: Run) -> None:
     resolved = {
         "num_threads": run.plan.num_threads,
         "schedule": run.config.schedule,
+        "schedule_reason": run.resolved.schedule_reason or "named by --schedule",
         "placement": run.schedule.describe(),
         "plan": plan,
         "env_spec": dataclasses.asdict(run.spec),

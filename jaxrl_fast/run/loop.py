@@ -286,7 +286,8 @@ def run_training(resolved: ResolvedRun, stop: StopRequest | None = None) -> dict
     stepping = {"gymnax": "envs in the XLA program", "brax": "envs in the XLA program",
                 "gymnasium": "Python envs on the host"}.get(
         run.spec.family, plural(run.plan.num_threads, "EnvPool thread"))
-    message(f"{config.algo} on {config.env}: {sizes}, {stepping}, {placement_text(run.schedule.describe())} -> {run.run_dir}")
+    chosen = f"{config.schedule} schedule{' (auto)' if run.resolved.schedule_reason else ''}"
+    message(f"{config.algo} on {config.env}: {sizes}, {stepping}, {chosen}, {placement_text(run.schedule.describe())} -> {run.run_dir}")
     tracer = CallTracer(run.run_dir / PROFILE_DIR, run.plan.profile) if run.plan.profile else None
     owned, stop = stop is None, stop or StopRequest()
     try:
