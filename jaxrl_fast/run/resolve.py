@@ -96,9 +96,9 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
     Acting and learning overlap only where both are substantial and use different resources: a
     Gymnasium env steps in Python under the GIL while the learner's XLA programs release it, so an
     off-policy learner gains from the async actors there (1.40x DQN gym:Acrobot-v1 and 1.69x SAC
-    gym:Pendulum-v1 env steps/s of sync at equal returns, 2-core CPU). EnvPool's C++ envs and
-    JAX-native envs step in microseconds or inside the program: sync was fastest on every such
-    task measured, on this CPU and on an H100/H200, and it is the only deterministic choice there."""
+    gym:Pendulum-v1 env steps/s of sync at equal returns, 2-core CPU). EnvPool's C++ envs step in
+    microseconds and JAX-native envs inside the program: sync was the fastest schedule in every
+    EnvPool measurement, on this CPU and on an H100, and it is deterministic."""
     python_envs = spec.family == "gymnasium"
     if config.algo in OFF_POLICY and python_envs:
         blocked = [flag for flag, on in (("--num-seeds", config.num_seeds > 1), ("--data-parallel", config.data_parallel),
@@ -108,9 +108,9 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
                              "learner updates (measured 1.4-1.7x sync's env steps/s at equal returns)")
         return "sync", f"sync: {', '.join(blocked)} runs under the sync schedule only (async would overlap the Python envs)"
     if python_envs:
-        return "sync", "sync: PPO and PQN learn from their own policy's rollouts (async is off-policy only)"
-    return "sync", ("sync: one fused program, fastest to the threshold of every EnvPool and JAX-native task measured, "
-                    "and deterministic")
+        return "sync", "sync: async is off-policy only, and concurrent was not measured faster on Python envs"
+    return "sync", ("sync: one fused program, the fastest schedule in every EnvPool measurement (JAX-native envs "
+                    "step inside it), and deterministic")
 
 
 def distributed_config(config: TrainConfig, joined: Cluster) -> TrainConfig:
