@@ -83,24 +83,22 @@ def run(setup: dict, schedule: str, calibrate: bool, cache: Path, quick: bool) -
 
 
 def reference(setup: dict) -> dict:
-    """Acting alone and learner alone at the preset's sizes, from a calibration pass."""
-    from jaxrl_fast.calibration.measure import measure_and_choose
+    """Acting alone and learner alone at the preset's sizes (calibration's phase measurements)."""
+    from jaxrl_fast.calibration.measure import measure_phases
     from jaxrl_fast.config.presets import resolve_defaults
     from jaxrl_fast.config.run import algo_config
     from jaxrl_fast.env.ids import env_family
     from jaxrl_fast.run.resolve import check_inputs, on_devices
 
     config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))
-    placement = on_devices(check_inputs(config, run_dir=False), run_dir=False).placement
-    result = measure_and_choose(config, placement, 30.0)
-    acting = next(r["rollout_sps"] for r in result.acting if r["num_envs"] == config.num_envs)
+    resolved = on_devices(check_inputs(config, run_dir=False), run_dir=False)
+    phases = measure_phases(resolved.config, resolved.placement)
+    acting = phases["acting"][0]["rollout_sps"]
+    update_s = max(row["update_s"] for row in phases["learning"])  # split placement: the slower role sets the pace
     hyper = algo_config(config)
     if setup["algo"] == "ppo":
-        batch = config.num_envs * hyper.num_steps
-        update_s = next(r["update_s"] for r in result.learning if r["size"] == f"batch {batch}")
-        learner = batch / update_s
+        learner = config.num_envs * hyper.num_steps / update_s
     else:
-        update_s = next(r["update_s"] for r in result.learning if r["size"] == f"batch {hyper.batch_size}")
         learner = 1.0 / (hyper.utd_ratio * update_s)
     return {"acting_alone_sps": acting, "learner_alone_sps": learner, "overlap_bound_sps": min(acting, learner),
             "serial_bound_sps": 1.0 / (1.0 / acting + 1.0 / learner)}

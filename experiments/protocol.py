@@ -31,4 +31,7 @@ TASKS = {
     # Gymnasium's own envs (the Python-stepped backend): the envs SB3 and sbx step
     "ppo_gym_cartpole": Task("ppo", "gym:CartPole-v1", 475.0, 5_000),
     "sac_gym_pendulum": Task("sac", "gym:Pendulum-v1", -200.0, 1_000),
+    # the rest of issue #32's calibration tasks (experiments/bench_calibration.py); no peer runs them
+    "td3_pendulum": Task("td3", "Pendulum-v1", -200.0, 1_000),
+    "ppo_lunarlander": Task("ppo", "LunarLander-v2", 200.0, 16_384),  # an evaluation per PPO batch
 }

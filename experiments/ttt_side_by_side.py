@@ -97,14 +97,13 @@ TASKS = {
 }
 
 
-def run_ours(task: str, seed: int, cache_dir: Path, out: Path, python: str) -> dict:
-    """One seed of jaxrl_fast in a fresh process of `python`; the figures come from its summary.json."""
-    run_dir = out / f"{task}-{seed}-{cache_dir.name}"
-    command = [python, "-m", "jaxrl_fast.train", "--run-dir", str(run_dir), "--seed", str(seed),
-               "--progress", "off", *TASKS[task]["task"].args]
-    env = {**os.environ, "JAXRL_FAST_COMPILE_CACHE_DIR": str(cache_dir)}
+def train_once(args: list[str], seed: int, run_dir: Path, env: dict, python: str) -> dict:
+    """One seed of `python -m jaxrl_fast.train ARGS` in a fresh process; the figures come from its
+    summary.json (time to threshold counts from the process's creation)."""
+    command = [python, "-m", "jaxrl_fast.train", "--run-dir", str(run_dir), "--seed", str(seed), "--progress", "off",
+               *args]
     started = time.time()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=out)
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env}, cwd=run_dir.parent)
     row = {"seed": seed, "outer_wall_s": round(time.time() - started, 3)}
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -113,6 +112,12 @@ def run_ours(task: str, seed: int, cache_dir: Path, out: Path, python: str) -> d
     seconds = summary.get("time_to_target_s")
     return {**row, "reached": seconds is not None, "seconds": seconds, "steps": summary.get("target_step"),
             "compile_s": summary.get("compile_s")}
+
+
+def run_ours(task: str, seed: int, cache_dir: Path, out: Path, python: str) -> dict:
+    """One seed of jaxrl_fast on `task`, compiling into (or reading) `cache_dir`."""
+    return train_once(TASKS[task]["task"].args, seed, out / f"{task}-{seed}-{cache_dir.name}",
+                      {"JAXRL_FAST_COMPILE_CACHE_DIR": str(cache_dir)}, python)
 
 
 def ours(task: str, seeds: list[int], cache: str, out: Path, python: str) -> dict:

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -7,17 +8,18 @@ import pytest
 
 from jaxrl_fast.calibration import measure as calibration
 from jaxrl_fast.calibration.choose import (
-    best_threads,
     choose_off_policy,
     choose_on_policy,
+    choose_threads,
     per_step_seconds,
     with_inference,
 )
 from jaxrl_fast.calibration.measure import Measurement
 from jaxrl_fast.cli.train import main
 from jaxrl_fast.config.checks import validate
-from jaxrl_fast.config.run import algo_config
 from support import make_config, resolved
+
+LONG = 50_000_000  # env steps of a run long enough that calibration may spend its whole budget
 
 
 @pytest.fixture
@@ -26,52 +28,61 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache" / "jaxrl_fast" / "calibration"
 
 
-@pytest.mark.slow
-def test_ppo_calibration_picks_valid_sizes_within_budget_and_caches_them(cache, tmp_path, capsys):
-    config = make_config("CartPole-v1", "ppo", schedule="sync")  # what `train` resolves auto to
-    result = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
-    assert result.elapsed_s <= 12.0 * 1.25  # the budget is planned from measured costs; one step may overrun a little
-    assert result.envpool and result.acting and result.learning and result.candidates
-    choice = result.choice
-    assert choice["num_envs"] in [c["num_envs"] for c in result.candidates]
-    assert 1 <= choice["num_threads"] <= max(os.cpu_count(), 1)
-    applied = result.apply(config)
-    validate(applied)  # minibatches divide the new batch
-    assert applied.ppo.num_steps == config.ppo.num_steps and applied.ppo.num_minibatches == config.ppo.num_minibatches
-    assert len(list(cache.glob("*.json"))) == 1
+def test_a_short_run_measures_envpool_once_and_keeps_the_presets_sizes(cache, tmp_path, capsys):
+    config = make_config("CartPole-v1", "ppo", schedule="sync")  # the preset: 100,000 steps
+    result = calibration.calibrate(config, resolved(config).placement, budget_s=30.0)
+    assert result.bound_s > 0
+    assert result.budget_s == pytest.approx(calibration.RUN_SHARE * result.bound_s) and result.budget_s < 30.0
+    # EnvPool alone at the preset's num_envs (its thread counts too if the bound allows 0.4 s more),
+    # no program: a rollout and an update cost seconds, this run's bound is about a second
+    assert {row["num_envs"] for row in result.envpool} == {8} and not result.acting and not result.learning
+    assert dataclasses.replace(result.apply(config), num_threads=0) == config  # threads alone may change
+    assert "kept (the run is too short" in result.reason
+    assert any(note.startswith("update num_envs=8") for note in result.skipped)
 
-    again = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
-    assert again.cached and again.choice == choice
-
-    # `train --calibrate` reuses the cached measurement and records the choice in config.json
+    # `train --calibrate` reuses the cached pass (the key holds the run's length) and records it in config.json
     run_dir = tmp_path / "run"
-    code = main(["--calibrate", "--total-steps", "4096", "--eval-interval", "0", "--eval-episodes", "1",
-                 "--run-dir", str(run_dir), "--progress", "off"])
+    code = main(["--calibrate", "--total-steps", str(config.total_steps), "--eval-interval", "0",
+                 "--eval-episodes", "1", "--run-dir", str(run_dir), "--progress", "off", "--target-return", "0"])
     assert code == 0
     written = json.loads((run_dir / "config.json").read_text())
-    assert written["calibration"]["choice"] == choice and written["train_config"]["num_envs"] == choice["num_envs"]
+    assert written["calibration"]["choice"] == result.choice and written["calibration"]["cached"]
+    assert written["train_config"]["num_envs"] == config.num_envs
     assert "choice:" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_off_policy_calibration_keeps_samples_consumed_per_env_step(cache):
-    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8)
-    result = calibration.calibrate(config, resolved(config).placement, budget_s=15.0)
-    assert result.elapsed_s <= 15.0 * 1.25
-    choice = result.choice
-    hyper = algo_config(config)
-    assert choice["batch_size"] in (hyper.batch_size, 2 * hyper.batch_size, 4 * hyper.batch_size)
-    assert choice["utd_ratio"] * choice["batch_size"] == pytest.approx(hyper.utd_ratio * hyper.batch_size)
+def test_ppo_calibration_splits_the_presets_batch_and_keeps_it(cache):
+    config = make_config("CartPole-v1", "ppo", schedule="sync", total_steps=LONG)
+    result = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
+    assert result.elapsed_s <= 12.0 * 1.25  # the budget is planned from measured costs; one step may overrun a little
+    batch = config.num_envs * config.ppo.num_steps
+    assert {(row["num_envs"], row["num_steps"]) for row in result.acting} == {(8, 32), (16, 16)}
+    assert [row["num_envs"] for row in result.learning] == [8]  # one update: every split has the same batch
     applied = result.apply(config)
     validate(applied)
-    assert applied.num_envs == choice["num_envs"] and applied.sac.batch_size == choice["batch_size"]
-    assert any(row["size"] == f"batch {hyper.batch_size}" for row in result.learning)
+    assert applied.num_envs * applied.ppo.num_steps == batch
+    assert (applied.ppo.num_minibatches, applied.ppo.update_epochs) == (config.ppo.num_minibatches,
+                                                                       config.ppo.update_epochs)
+    assert 0 <= result.choice["num_threads"] <= max(os.cpu_count(), 1)
+    assert len(list(cache.glob("*.json"))) == 1
+    again = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
+    assert again.cached and again.choice == result.choice
+
+
+@pytest.mark.slow
+def test_off_policy_calibration_keeps_envs_update_batch_and_utd(cache):
+    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8, total_steps=LONG)
+    result = calibration.calibrate(config, resolved(config).placement, budget_s=15.0)
+    assert result.elapsed_s <= 15.0 * 1.25
+    applied = result.apply(config)
+    validate(applied)
+    assert applied.num_envs == 8 and applied.sac == config.sac
     # the async actors' EnvPool async mode was measured at the preset's num_envs, and chosen only if it paid
     async_mode = [row for row in result.acting if row.get("env_batch", row["num_envs"]) < row["num_envs"]]
-    assert {row["env_batch"] for row in async_mode if row["num_envs"] == 8} == {4, 2}
-    assert choice["env_batch_size"] in {choice["num_envs"]} | {row["env_batch"] for row in async_mode
-                                                                if row["num_envs"] == choice["num_envs"]}
-    assert applied.env_batch_size == (choice["env_batch_size"] if choice["env_batch_size"] < choice["num_envs"] else 0)
+    assert {row["env_batch"] for row in async_mode} == {4, 2}
+    assert result.choice["env_batch_size"] in {8, 4, 2}
+    assert applied.env_batch_size == (result.choice["env_batch_size"] if result.choice["env_batch_size"] < 8 else 0)
 
 
 @pytest.mark.slow
@@ -91,48 +102,42 @@ def test_choosing_imports_no_jax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_on_policy_picks_the_fewest_envs_within_5_percent_of_the_best():
-    acting = [dict(num_envs=4, num_threads=1, rollout_sps=1000.0), dict(num_envs=8, num_threads=2, rollout_sps=1920.0),
-              dict(num_envs=16, num_threads=2, rollout_sps=2000.0)]
-    learning = [dict(num_envs=n, update_s=FAST) for n in (4, 8, 16)]
-    choice, reason, candidates = choose_on_policy(acting, learning, "concurrent", rollout_length=10, num_minibatches=2)
-    assert choice == dict(num_envs=8, num_threads=2, env_batch_size=8, minibatch_size=40)
-    assert [c["num_envs"] for c in candidates] == [4, 8, 16]
-    assert "8 envs is the fewest within 5%" in reason
-    # 5.5% slower than the best is not flat: the best one wins
-    acting[1]["rollout_sps"] = 1890.0
-    assert choose_on_policy(acting, learning, "concurrent", 10, 2)[0]["num_envs"] == 16
+def rollouts(*sps_by_envs, batch=256):
+    return [dict(num_envs=n, num_steps=batch // n, num_threads=2, rollout_sps=sps) for n, sps in sps_by_envs]
+
+
+def test_on_policy_splits_the_batch_only_when_10_percent_faster_and_then_nearest_the_preset():
+    learning = [dict(num_envs=8, update_s=FAST)]
+    # 16 envs 1.08x the preset: kept
+    choice, reason, candidates = choose_on_policy(rollouts((8, 1000.0), (16, 1080.0)), learning, [], "sync", 256, 8, 2)
+    assert choice == dict(num_envs=8, num_steps=32, num_threads=0)  # 0: EnvPool's default (no envpool rows here)
+    assert "the preset's 8 envs x 32 steps kept" in reason and "batch 256, minibatch count and epochs kept" in reason
+    assert [(c["num_envs"], c["num_steps"]) for c in candidates] == [(8, 32), (16, 16)]
+    # 32 envs the fastest, 16 within 5% of it: 16, the nearer the preset's split
+    acting = rollouts((8, 1000.0), (16, 1200.0), (32, 1250.0))
+    choice, reason, _ = choose_on_policy(acting, learning, [], "sync", 256, 8, 2)
+    assert choice == dict(num_envs=16, num_steps=16, num_threads=0)
+    assert "16 envs x 16 steps predicted 1.20x the preset's 8 x 32" in reason
+    acting[1]["rollout_sps"] = 1150.0  # 8% slower than 32 envs: not flat, the fastest wins
+    assert choose_on_policy(acting, learning, [], "sync", 256, 8, 2)[0]["num_envs"] == 32
+
+
+def test_on_policy_keeps_the_preset_when_its_rollout_or_update_went_unmeasured():
+    envpool = [dict(num_envs=8, num_threads=2, batch_size=8, env_sps=1e5)]
+    choice, reason, candidates = choose_on_policy([], [], envpool, "sync", 256, 8, 2)
+    assert choice == dict(num_envs=8, num_steps=32, num_threads=0) and candidates == []
+    assert "the run is too short" in reason
+    choice, _, _ = choose_on_policy(rollouts((8, 1000.0), (16, 5000.0)), [], envpool, "sync", 256, 8, 2)
+    assert choice["num_envs"] == 8
 
 
 def test_sync_adds_acting_and_learning_while_concurrent_and_async_take_the_slower():
-    acting = [dict(num_envs=8, num_threads=1, rollout_sps=80.0)]  # a rollout of 10 x 8 steps: 1 s
+    acting = rollouts((8, 256.0))  # a rollout of 32 x 8 steps: 1 s
     learning = [dict(num_envs=8, update_s=0.5)]
-    assert choose_on_policy(acting, learning, "sync", 10, 1)[2][0]["trained_sps"] == pytest.approx(80 / 1.5)
-    assert choose_on_policy(acting, learning, "concurrent", 10, 1)[2][0]["trained_sps"] == pytest.approx(80 / 1.0)
+    assert choose_on_policy(acting, learning, [], "sync", 256, 8, 2)[2][0]["trained_sps"] == pytest.approx(256 / 1.5)
+    assert choose_on_policy(acting, learning, [], "concurrent", 256, 8, 2)[2][0]["trained_sps"] == pytest.approx(256)
     assert per_step_seconds(1.0, 0.5, "sync") == 1.5
     assert per_step_seconds(1.0, 0.5, "concurrent") == per_step_seconds(1.0, 0.5, "async") == 1.0
-    # off-policy: seconds per env step, learning = utd_ratio x batch_size / size x update_s
-    off_acting = [dict(num_envs=8, num_threads=1, rollout_sps=1000.0)]
-    off_learning = [dict(batch_size=256, update_s=2e-3, device="cpu:0")]
-    sync = choose_off_policy(off_acting, off_learning, "sync", batch_size=256, utd_ratio=0.5)[2][0]
-    concurrent = choose_off_policy(off_acting, off_learning, "concurrent", batch_size=256, utd_ratio=0.5)[2][0]
-    assert sync["trained_sps"] == pytest.approx(1 / (1e-3 + 1e-3))
-    assert concurrent["trained_sps"] == pytest.approx(1 / 1e-3)
-
-
-@pytest.mark.parametrize("speedup, taken", [(1.2, False), (1.3, True)])
-def test_a_larger_update_batch_is_taken_only_when_25_percent_faster_with_utd_times_batch_kept(speedup, taken):
-    acting = [dict(num_envs=8, num_threads=1, rollout_sps=1 / FAST)]
-    # a 512 batch at half the updates: seconds per env step 0.5 x update_s, against 1 x 2e-3 at 256
-    learning = [dict(batch_size=256, update_s=2e-3, device="cpu:0"),
-                dict(batch_size=512, update_s=2 * 2e-3 / speedup, device="cpu:0"),
-                dict(batch_size=512, update_s=FAST, device="cpu:1")]  # two learner devices: the slower sets the pace
-    choice, reason, candidates = choose_off_policy(acting, learning, "concurrent", batch_size=256, utd_ratio=1.0)
-    assert choice["batch_size"] == (512 if taken else 256)
-    assert ("faster than the preset's 256" in reason) == taken
-    for c in [choice, *candidates]:
-        assert c["utd_ratio"] * c["batch_size"] == pytest.approx(256.0)
-    assert {c["batch_size"]: round(c["trained_sps"]) for c in candidates} == {256: 500, 512: round(500 * speedup)}
 
 
 @pytest.mark.parametrize("async_sps, env_batch", [(1050.0, 8), (1150.0, 2)])
@@ -140,53 +145,59 @@ def test_envpool_async_mode_is_taken_only_when_10_percent_faster(async_sps, env_
     acting = [dict(num_envs=8, num_threads=2, rollout_sps=1000.0),
               dict(num_envs=8, num_threads=2, env_batch=4, rollout_sps=1020.0),
               dict(num_envs=8, num_threads=2, env_batch=2, rollout_sps=async_sps)]
-    learning = [dict(batch_size=256, update_s=FAST, device="cpu:0")]
-    choice, reason, _ = choose_off_policy(acting, learning, "async", batch_size=256, utd_ratio=1.0)
-    assert choice["env_batch_size"] == env_batch and choice["num_threads"] == 2
+    choice, reason, _ = choose_off_policy(acting, [], "async", num_envs=8, cpus=2)
+    assert choice["env_batch_size"] == env_batch and choice["num_envs"] == 8
     assert ("EnvPool's async mode) acts" in reason) == (env_batch < 8)
+    assert "num_envs, update batch and utd_ratio kept" in reason
+    # the other schedules have no actors to give an env batch
+    assert choose_off_policy(acting, [], "sync", num_envs=8, cpus=2)[0]["env_batch_size"] == 8
 
 
-def test_thread_choice_and_inference_come_from_the_envpool_rows():
+@pytest.mark.parametrize("one_thread_sps, threads", [(1.05e5, 2), (1.15e5, 1)])
+def test_another_thread_count_is_taken_only_when_10_percent_faster_than_envpools_default(one_thread_sps, threads):
+    envpool = [dict(num_envs=8, num_threads=2, batch_size=8, env_sps=1e5),
+               dict(num_envs=8, num_threads=1, batch_size=8, env_sps=one_thread_sps),
+               dict(num_envs=8, num_threads=2, batch_size=4, env_sps=9e5)]  # async mode: not a thread choice
+    assert choose_threads(envpool, 8, cpus=2)[0] == (threads if threads != 2 else 0)  # 0: the run keeps its count
+    assert choose_threads(envpool[:1], 8, cpus=2) == (0, "EnvPool's default 2 threads (no other count measured)")
+    assert choose_threads([], 8, cpus=2)[0] == 0
+
+
+def test_inference_is_the_rollout_less_envpool_alone_at_the_same_threads():
     envpool = [dict(num_envs=8, num_threads=1, batch_size=8, env_sps=4000.0),
-               dict(num_envs=8, num_threads=2, batch_size=8, env_sps=8000.0),
-               dict(num_envs=8, num_threads=2, batch_size=4, env_sps=9000.0)]  # async mode: not a thread choice
-    assert best_threads(envpool) == {8: 2}
+               dict(num_envs=8, num_threads=2, batch_size=8, env_sps=8000.0)]
     acting = with_inference([dict(num_envs=8, num_threads=2, rollout_sps=4000.0),
-                             dict(num_envs=8, num_threads=2, env_batch=4, rollout_sps=5000.0)], envpool)
+                             dict(num_envs=8, num_threads=2, env_batch=4, rollout_sps=5000.0),
+                             dict(num_envs=16, num_threads=2, rollout_sps=4000.0)], envpool)
     assert acting[0]["inference_us_per_step"] == pytest.approx((8 / 4000 - 8 / 8000) * 1e6)
-    assert "inference_us_per_step" not in acting[1]
+    assert "inference_us_per_step" not in acting[1] and "inference_us_per_step" not in acting[2]
 
 
 # -- the plan of measurements --------------------------------------------------------------------
-def test_essential_measurements_are_taken_even_with_an_exhausted_budget():
+def test_measurements_run_while_the_budget_allows_them():
     def fake(**args):
         return [dict(args)]
 
-    plan = [Measurement("update", dict(batch_size=256), essential=True), Measurement("update", dict(batch_size=512)),
-            Measurement("acting", dict(num_envs=8), essential=True), Measurement("acting", dict(num_envs=16))]
+    plan = [Measurement("update", dict(batch_size=256)), Measurement("acting", dict(num_envs=8))]
     rows, skipped = calibration.run_measurements(plan, {"update": fake, "acting": fake}, calibration.Budget(0.0))
-    assert rows == {"update": [{"batch_size": 256}], "acting": [{"num_envs": 8}]}
-    assert skipped == ["update batch_size=512 (budget)", "acting num_envs=16 (budget)"]
-    # with time to spare every one runs, except one that may start only in a share of the budget already spent
-    late = Measurement("acting", dict(num_envs=32), before=0.0)
-    rows, skipped = calibration.run_measurements([*plan, late], {"update": fake, "acting": fake}, calibration.Budget(1e6))
-    assert len(rows["update"]) == 2 and len(rows["acting"]) == 2 and skipped == ["acting num_envs=32 (budget)"]
+    assert rows == {"update": [], "acting": []}
+    assert skipped == ["update batch_size=256 (budget)", "acting num_envs=8 (budget)"]
+    rows, skipped = calibration.run_measurements(plan, {"update": fake, "acting": fake}, calibration.Budget(1e6))
+    assert rows == {"update": [{"batch_size": 256}], "acting": [{"num_envs": 8}]} and skipped == []
 
 
-def test_the_plans_state_the_presets_sizes_as_essential():
-    ppo = make_config("CartPole-v1", "ppo", schedule="sync")
-    plan = calibration.on_policy_plan(ppo, {4: 1, ppo.num_envs: 2, 16: 2})
-    assert {(m.kind, m.args.get("num_envs")) for m in plan if m.essential} == {("acting", ppo.num_envs),
-                                                                               ("update", ppo.num_envs)}
-    assert plan[0].args["num_envs"] == ppo.num_envs  # measured first
+def test_the_plans_measure_the_presets_sizes_first_and_keep_the_batch():
+    ppo = make_config("CartPole-v1", "ppo", schedule="sync")  # 8 envs x 32 steps
+    plan = calibration.on_policy_plan(ppo, threads=2)
+    assert [(m.kind, m.args.get("num_envs"), m.args.get("num_steps")) for m in plan] == [
+        ("acting", 8, 32), ("update", 8, None), ("acting", 16, 16)]  # 32 envs would roll out 8 < 16 steps
+    pqn = make_config("CartPole-v1", "pqn", schedule="sync")  # 32 envs x 64 steps
+    assert calibration.split_sizes(pqn) == [32, 64, 128]
+    assert [m.args["num_envs"] for m in calibration.on_policy_plan(pqn, 2) if m.kind == "acting"] == [32, 64, 128]
     sac = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8)
-    plan = calibration.off_policy_plan_of_measurements(sac, {4: 1, 8: 1, 16: 2}, devices=["d0", "d1"])
-    batch = algo_config(sac).batch_size
-    essential = [(m.kind, m.args.get("num_envs", m.args.get("batch_size"))) for m in plan if m.essential]
-    assert essential == [("update", batch), ("update", batch), ("acting", 8), ("async_mode", 8)]
-    assert {m.args["batch_size"] for m in plan if m.kind == "update"} == {batch, 2 * batch, 4 * batch}
-    assert all(not m.essential for m in calibration.envpool_plan(sac, [4, 16]))
-    assert {m.args["num_envs"] for m in calibration.envpool_plan(sac, [4, 8, 16]) if m.essential} == {8}
+    assert [m.kind for m in calibration.off_policy_plan_of_measurements(sac, 1)] == ["acting", "async_mode"]
+    assert calibration.off_policy_plan_of_measurements(make_config("Pendulum-v1", "sac", schedule="sync"), 1) == []
+    assert [m.args["num_threads"] for m in calibration.threads_plan(ppo)] == [1, 2]
 
 
 def test_a_rollout_starts_only_when_its_update_fits_too():
@@ -198,3 +209,14 @@ def test_a_rollout_starts_only_when_its_update_fits_too():
     plan = [Measurement("acting", dict(num_envs=16), then=("update",)), Measurement("update", dict(num_envs=16))]
     rows, skipped = calibration.run_measurements(plan, {"acting": fake, "update": fake}, budget)
     assert rows == {"acting": [], "update": []} and len(skipped) == 2
+    # and once it started, its update follows it even when the rollout cost more than expected
+    def slow_acting(**args):
+        budget.start -= 10.0  # ten seconds went by
+        return [dict(args)]
+
+    budget = calibration.Budget(7.0)
+    budget.cost.update(acting=2.0, update=4.0)
+    plan = [*plan, Measurement("acting", dict(num_envs=32))]
+    rows, skipped = calibration.run_measurements(plan, {"acting": slow_acting, "update": fake}, budget)
+    assert rows == {"acting": [{"num_envs": 16}], "update": [{"num_envs": 16}]}
+    assert skipped == ["acting num_envs=32 (budget)"]

@@ -2,27 +2,33 @@
 
 Pure functions over plain data (lists of dicts, numbers, strings); nothing here imports JAX or
 reads a config, so every rule is tested on hand-written rows. The rows are what
-`jaxrl_fast.calibrate` measures:
+`jaxrl_fast.calibration.measure` measures:
 
-  envpool:  num_envs, num_threads, batch_size, env_sps        (EnvPool alone)
-  acting:   num_envs, num_threads, rollout_sps [, env_batch]  (XLA rollout; env_batch: async mode)
-  learning: update_s, and num_envs (on-policy: the batch is num_envs x rollout length) or
-            batch_size (off-policy: the update batch), plus device
+  envpool:  num_envs, num_threads, batch_size, env_sps                  (EnvPool alone)
+  acting:   num_envs, num_threads, rollout_sps [, num_steps | env_batch] (XLA rollout; env_batch: async mode)
+  learning: update_s, num_envs (on-policy) or batch_size (off-policy), device
 
-A candidate's predicted trained env steps/s comes from seconds per env step of acting and of
-learning: `sync` runs them one after the other (they add up), `concurrent` and `async` overlap
-them (the slower one sets the pace).
+Calibration aims at time to a result, so it changes only what leaves learning per env step as the
+preset has it, and only where it is measured a margin faster than the preset's own sizes in the
+same pass:
+  * EnvPool's thread count (each env steps the same whichever thread steps it);
+  * on-policy: how the preset's batch (num_envs x num_steps) is split between envs and steps; the
+    batch, the minibatch count and the epochs are kept;
+  * off-policy, under `async`: the actors' env batch (EnvPool's async mode). num_envs, the update
+    batch and utd_ratio are kept: they set what is learned per env step.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 Row = dict[str, Any]
 
-FLAT_MARGIN = 0.05  # candidates this close to the best count as equal: the smallest wins
-BATCH_MARGIN = 1.25  # a larger update batch must be this much faster to replace the preset's
-ASYNC_MODE_MARGIN = 1.10  # EnvPool's async mode must act this much faster to replace the XLA step
+FLAT_MARGIN = 0.05  # splits this close to the best count as equal: the one nearest the preset's wins
+SPLIT_MARGIN = 1.10  # another split of the batch must be predicted this much faster than the preset's
+THREAD_MARGIN = 1.10  # another thread count must step EnvPool this much faster than its default
+ASYNC_MODE_MARGIN = 1.10  # EnvPool's async mode must act this much faster than the XLA step
 
 
 def per_step_seconds(act_s: float, learn_s: float, schedule: str) -> float:
@@ -30,21 +36,26 @@ def per_step_seconds(act_s: float, learn_s: float, schedule: str) -> float:
     return act_s + learn_s if schedule == "sync" else max(act_s, learn_s)
 
 
-def smallest_within(candidates: list[Row], margin: float = FLAT_MARGIN) -> Row:
-    """The candidate with the fewest envs among those within `margin` of the best trained steps/s
-    (fewer envs change learning least)."""
-    best = max(c["trained_sps"] for c in candidates)
-    return min((c for c in candidates if c["trained_sps"] >= (1 - margin) * best), key=lambda c: c["num_envs"])
+def default_threads(num_envs: int, cpus: int) -> int:
+    """The thread count EnvPool takes when given none (its `num_threads=0`)."""
+    return max(1, min(num_envs, cpus))
 
 
-def best_threads(envpool: list[Row]) -> dict[int, int]:
-    """num_envs -> the EnvPool thread count that stepped fastest (synchronous rows only)."""
-    best: dict[int, Row] = {}
-    for row in envpool:
-        n = row["num_envs"]
-        if row["batch_size"] == n and (n not in best or row["env_sps"] > best[n]["env_sps"]):
-            best[n] = row
-    return {n: row["num_threads"] for n, row in sorted(best.items())}
+def choose_threads(envpool: list[Row], num_envs: int, cpus: int) -> tuple[int, str]:
+    """EnvPool's thread count at `num_envs`: the fastest measured (synchronous rows) when it steps
+    `THREAD_MARGIN` faster than the default, else 0 (the run keeps the count it was given, EnvPool's
+    default unless the user named one)."""
+    sps = {r["num_threads"]: r["env_sps"] for r in envpool if r["num_envs"] == num_envs == r["batch_size"]}
+    default = default_threads(num_envs, cpus)
+    if default not in sps:
+        return 0, "EnvPool's thread count as given (not measured)"
+    if len(sps) == 1:
+        return 0, f"EnvPool's default {default} threads (no other count measured)"
+    best = max(sps, key=lambda t: sps[t])
+    if sps[best] >= THREAD_MARGIN * sps[default]:
+        return best, (f"{best} EnvPool threads step {sps[best] / sps[default]:.2f}x as fast as its default "
+                      f"{default}")
+    return 0, f"EnvPool's default {default} threads (no other count stepped {THREAD_MARGIN:.2f}x faster)"
 
 
 def xla_acting(acting: list[Row]) -> dict[int, Row]:
@@ -53,107 +64,75 @@ def xla_acting(acting: list[Row]) -> dict[int, Row]:
 
 
 def with_inference(acting: list[Row], envpool: list[Row]) -> list[Row]:
-    """The acting rows, XLA rollouts given `inference_us_per_step`: their time per vector step
-    less EnvPool's alone at the same num_envs (its fastest thread count)."""
-    env_sps: dict[int, float] = {}
-    for row in envpool:
-        if row["batch_size"] == row["num_envs"]:
-            env_sps[row["num_envs"]] = max(env_sps.get(row["num_envs"], 0.0), row["env_sps"])
+    """The acting rows, XLA rollouts given `inference_us_per_step` where EnvPool alone was measured
+    at their num_envs and thread count: their time per vector step less EnvPool's."""
+    env_sps = {(r["num_envs"], r["num_threads"]): r["env_sps"] for r in envpool if r["batch_size"] == r["num_envs"]}
     out = []
     for row in acting:
-        n = row["num_envs"]
-        if row.get("env_batch", n) == n and n in env_sps:
-            row = row | {"inference_us_per_step": max(0.0, n / row["rollout_sps"] - n / env_sps[n]) * 1e6}
+        n, alone = row["num_envs"], env_sps.get((row["num_envs"], row["num_threads"]))
+        if row.get("env_batch", n) == n and alone:
+            row = row | {"inference_us_per_step": max(0.0, n / row["rollout_sps"] - n / alone) * 1e6}
         out.append(row)
     return out
 
 
-def choose_on_policy(acting: list[Row], learning: list[Row], schedule: str, rollout_length: int,
-                     num_minibatches: int) -> tuple[Row, str, list[Row]]:
-    """num_envs and threads for an on-policy algorithm; its rollout length and minibatch count are
-    kept, so the batch is num_envs x rollout_length. Returns (choice, reason, candidates)."""
-    rollouts = xla_acting(acting)
-    update_s = {r["num_envs"]: r["update_s"] for r in learning}
-    candidates = []
-    for n in sorted(set(rollouts) & set(update_s)):
-        batch = rollout_length * n
-        rollout_s = batch / rollouts[n]["rollout_sps"]
-        per_iteration = per_step_seconds(rollout_s, update_s[n], schedule)
-        candidates.append(dict(num_envs=n, num_threads=rollouts[n]["num_threads"],
-                               minibatch_size=batch // num_minibatches, trained_sps=batch / per_iteration))
-    if not candidates:
-        raise ValueError("no num_envs has both a rollout and an update measured")
-    pick = smallest_within(candidates)
-    best = max(c["trained_sps"] for c in candidates)
-    choice = dict(num_envs=pick["num_envs"], num_threads=pick["num_threads"], env_batch_size=pick["num_envs"],
-                  minibatch_size=pick["minibatch_size"])
-    reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted "
-              f"{best:,.0f} trained steps/s ({schedule}); rollout length {rollout_length}, minibatch count "
-              f"{num_minibatches} and the update's epochs kept; "
-              "env batch = num_envs (only the off-policy async actors use EnvPool's async mode)")
-    return choice, reason, candidates
-
-
-def acting_seconds(acting: list[Row]) -> dict[int, tuple[int, float]]:
-    """num_envs -> (env batch, seconds per env step) of the way to act: the XLA rollout, or
-    EnvPool's async mode at its fastest env batch when that is `ASYNC_MODE_MARGIN` faster."""
-    out = {n: (n, 1.0 / r["rollout_sps"]) for n, r in xla_acting(acting).items()}
-    staged: dict[int, tuple[int, float]] = {}
-    for row in acting:
-        n, batch, seconds = row["num_envs"], row.get("env_batch", row["num_envs"]), 1.0 / row["rollout_sps"]
-        if batch < n and (n not in staged or seconds < staged[n][1]):
-            staged[n] = (batch, seconds)
-    for n, (batch, seconds) in staged.items():
-        if n in out and seconds * ASYNC_MODE_MARGIN < out[n][1]:
-            out[n] = (batch, seconds)
-    return out
-
-
-def update_seconds(learning: list[Row]) -> dict[int, float]:
-    """Update batch size -> seconds per update; measured on several devices (split placement),
-    the slowest sets the pace."""
-    out: dict[int, float] = {}
-    for row in learning:
-        out[row["batch_size"]] = max(out.get(row["batch_size"], 0.0), row["update_s"])
-    return out
-
-
-def choose_off_policy(acting: list[Row], learning: list[Row], schedule: str, batch_size: int,
-                      utd_ratio: float) -> tuple[Row, str, list[Row]]:
-    """num_envs, threads, env batch and update batch for an off-policy algorithm. Samples consumed
-    per env step (utd_ratio x batch_size) are held: a larger batch comes with fewer updates, and
-    replaces the preset's `batch_size` only when `BATCH_MARGIN` faster. Returns (choice, reason,
+def choose_on_policy(acting: list[Row], learning: list[Row], envpool: list[Row], schedule: str, batch: int,
+                     preset_envs: int, cpus: int) -> tuple[Row, str, list[Row]]:
+    """num_envs, num_steps and threads for an on-policy algorithm, its batch (num_envs x num_steps)
+    kept. A split other than the preset's is taken when predicted `SPLIT_MARGIN` faster; among
+    those within `FLAT_MARGIN` of the best, the nearest the preset's. Returns (choice, reason,
     candidates)."""
-    samples_per_step = utd_ratio * batch_size
-    acts, threads = acting_seconds(acting), {n: r["num_threads"] for n, r in xla_acting(acting).items()}
+    rollouts = xla_acting(acting)
+    update_s = next((r["update_s"] for r in learning if r.get("num_envs") == preset_envs), None)
+    kept = f"batch {batch}, minibatch count and epochs kept"
+    if preset_envs not in rollouts or update_s is None:
+        threads, thread_note = choose_threads(envpool, preset_envs, cpus)
+        choice = dict(num_envs=preset_envs, num_steps=batch // preset_envs, num_threads=threads)
+        return choice, (f"the preset's {preset_envs} envs x {batch // preset_envs} steps kept (the run is too short "
+                        f"for its rollout and update to be measured); {thread_note}; {kept}"), []
     candidates = []
-    for n, (env_batch, act_s) in sorted(acts.items()):
-        for size, update_s in sorted(update_seconds(learning).items()):
-            per_step = per_step_seconds(act_s, samples_per_step / size * update_s, schedule)
-            candidates.append(dict(num_envs=n, num_threads=threads[n], env_batch_size=env_batch, batch_size=size,
-                                   utd_ratio=samples_per_step / size, trained_sps=1.0 / per_step))
-    at_preset = [c for c in candidates if c["batch_size"] == batch_size]
-    if not at_preset:
-        raise ValueError(f"no acting and no update at the preset's batch {batch_size} measured")
-    pick = smallest_within(at_preset)
-    bigger = [smallest_within([c for c in candidates if c["batch_size"] == size])
-              for size in sorted({c["batch_size"] for c in candidates}) if size > batch_size]
-    faster = [c for c in bigger if c["trained_sps"] >= BATCH_MARGIN * pick["trained_sps"]]
-    batch_note = f"the preset's update batch {batch_size} kept (no larger batch was {BATCH_MARGIN:.2f}x faster)"
-    if faster:
-        pick = max(faster, key=lambda c: c["trained_sps"])
-        batch_note = (f"update batch {pick['batch_size']} with utd_ratio {pick['utd_ratio']:g} (same samples consumed "
-                      f"per env step) is {BATCH_MARGIN:.2f}x+ faster than the preset's {batch_size}")
-    choice = {k: pick[k] for k in ("num_envs", "num_threads", "env_batch_size", "batch_size", "utd_ratio")}
-    reason = (f"{pick['num_envs']} envs is the fewest within {FLAT_MARGIN:.0%} of the best predicted trained steps/s "
-              f"({pick['trained_sps']:,.0f}, {schedule}); {batch_note}; {env_batch_note(pick, schedule)}")
-    return choice, reason, candidates
+    for n, row in sorted(rollouts.items()):
+        seconds = per_step_seconds(batch / row["rollout_sps"], update_s, schedule)
+        candidates.append(dict(num_envs=n, num_steps=batch // n, num_threads=row["num_threads"],
+                               trained_sps=batch / seconds))
+    preset = next(c for c in candidates if c["num_envs"] == preset_envs)
+    best = max(c["trained_sps"] for c in candidates)
+    pick = preset
+    if best >= SPLIT_MARGIN * preset["trained_sps"]:
+        near = [c for c in candidates if c["trained_sps"] >= (1 - FLAT_MARGIN) * best]
+        pick = min(near, key=lambda c: abs(math.log2(c["num_envs"] / preset_envs)))
+    speedup = pick["trained_sps"] / preset["trained_sps"]
+    why = (f"no other split predicted {SPLIT_MARGIN:.2f}x faster, {schedule}" if len(candidates) > 1 else
+           "no other split measured within the budget")
+    split_note = (f"{pick['num_envs']} envs x {pick['num_steps']} steps predicted {speedup:.2f}x the preset's "
+                  f"{preset_envs} x {preset['num_steps']} ({schedule})" if pick is not preset else
+                  f"the preset's {preset_envs} envs x {preset['num_steps']} steps kept ({why})")
+    threads, thread_note = choose_threads(envpool, preset_envs, cpus)  # what the rollouts were measured with
+    choice = dict(num_envs=pick["num_envs"], num_steps=pick["num_steps"], num_threads=threads)
+    return choice, f"{split_note}; {thread_note}; {kept}", candidates
 
 
-def env_batch_note(pick: Row, schedule: str) -> str:
-    if pick["env_batch_size"] < pick["num_envs"]:
-        return (f"env batch {pick['env_batch_size']} (EnvPool's async mode) acts {ASYNC_MODE_MARGIN:.2f}x+ "
-                f"faster than stepping all {pick['num_envs']} envs together")
+def choose_off_policy(acting: list[Row], envpool: list[Row], schedule: str, num_envs: int,
+                      cpus: int) -> tuple[Row, str, list[Row]]:
+    """Threads and, under `async`, the actors' env batch for an off-policy algorithm; num_envs, the
+    update batch and utd_ratio are kept. EnvPool's async mode is taken when it acts
+    `ASYNC_MODE_MARGIN` faster than the XLA step. Returns (choice, reason, candidates)."""
+    threads, thread_note = choose_threads(envpool, num_envs, cpus)
+    xla = xla_acting(acting).get(num_envs)
+    staged = [r for r in acting if r["num_envs"] == num_envs and r.get("env_batch", num_envs) < num_envs]
+    candidates = [dict(env_batch=r.get("env_batch", num_envs), acting_sps=r["rollout_sps"])
+                  for r in ([xla] if xla else []) + staged]
+    env_batch, batch_note = num_envs, "env batch = num_envs"
     if schedule == "async":
-        return f"env batch = num_envs (EnvPool's async mode was not {ASYNC_MODE_MARGIN:.2f}x faster)"
-    return "env batch = num_envs (only the async actors use EnvPool's async mode)"
+        batch_note = "env batch = num_envs (EnvPool's async mode not measured: the run is too short)"
+        if xla and staged:
+            fastest = max(staged, key=lambda r: r["rollout_sps"])
+            if fastest["rollout_sps"] >= ASYNC_MODE_MARGIN * xla["rollout_sps"]:
+                env_batch = fastest["env_batch"]
+                batch_note = (f"env batch {env_batch} (EnvPool's async mode) acts "
+                              f"{fastest['rollout_sps'] / xla['rollout_sps']:.2f}x as fast as all {num_envs} together")
+            else:
+                batch_note = f"env batch = num_envs (EnvPool's async mode was not {ASYNC_MODE_MARGIN:.2f}x faster)"
+    choice = dict(num_envs=num_envs, num_threads=threads, env_batch_size=env_batch)
+    reason = f"{thread_note}; {batch_note}; num_envs, update batch and utd_ratio kept"
+    return choice, reason, candidates

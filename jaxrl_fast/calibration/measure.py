@@ -1,34 +1,34 @@
-"""Calibration (Spreeze's automatic sizing): measure this machine, then pick the sizes.
+"""Calibration (Spreeze's automatic sizing), aimed at time to a result: measure, then pick the sizes.
 
     python -m jaxrl_fast.calibrate --env HalfCheetah-v4 --algo sac      # measure, print, cache
     python -m jaxrl_fast.train --env HalfCheetah-v4 --algo sac --calibrate
 
 Measuring and choosing are separate. This module measures: each measuring function times one
 kind of program on the device the run's placement gives it and returns plain rows:
-  * `envpool`: EnvPool alone (its Python API, random actions), steps/s over a grid of `num_envs`
-    (those the algorithm's `validate` accepts), thread counts and, in EnvPool's async mode, env
-    batch sizes (`batch_size < num_envs`);
-  * `acting`: the jitted rollout program (EnvPool's XLA step + policy inference) per `num_envs` at
-    its best thread count, on placement's acting device; inference time = rollout time - env time;
+  * `envpool`: EnvPool alone (its Python API, random actions) at the preset's `num_envs`, per
+    thread count;
+  * `acting`: the jitted rollout program (EnvPool's XLA step + policy inference) on placement's
+    acting device: on-policy per split of the preset's batch (num_envs x num_steps kept), the
+    preset's first; off-policy at the preset's num_envs;
   * `async_mode`: for the off-policy `async` schedule, the actors' host loop over EnvPool's async
     mode at env batches num_envs/2 and /4, the policy on placement's host device;
-  * `update`: the jitted update program: on-policy per `num_envs` (its batch is num_envs x
-    `num_steps`) on the learner device; off-policy per update batch size on each learner-role device.
-What to measure is a plan of `Measurement`s, each saying whether it is essential: the preset's
-sizes are measured whatever the budget; the others while the budget's estimate of their cost
-(their kind's last measured cost, compile included) fits in what is left.
+  * `update`: on-policy, the jitted update of the preset's batch on the learner device (every
+    split has the same batch, so one update serves them all).
 
-`jaxrl_fast.calibration.choose` chooses, from the rows alone (pure functions, no JAX): it predicts
-trained env steps per second for every candidate under the run's schedule (`sync`: acting and
-learning add up; `concurrent`/`async`: they overlap, the slower one sets the pace) while holding
-the algorithm's ratios: on-policy keeps its rollout length, minibatch count and epochs; off-policy
-keeps samples consumed per sample produced (utd_ratio x batch_size), so a larger update batch
-comes with proportionally fewer updates. Among candidates within 5% of the best it picks the
-smallest (fewer envs and smaller batches change learning least); an update batch larger than the
-preset's only when it is 25% faster, and EnvPool's async mode only when it acts 10% faster.
+A calibration must not cost more than it can save. Its budget is the smaller of the one given
+(`--calibration-budget-s`) and `RUN_SHARE` of the run's lower bound: `total_steps` at the speed of
+EnvPool alone, measured first (the run itself can never be faster). Every other measurement is
+taken while the budget's estimate of its cost (its kind's last measured cost, compile included)
+fits in what is left; what is left out keeps the preset's value, and the report says so. A short
+run (PPO CartPole-v1's 100,000 steps: a bound near 0.2 s) measures EnvPool once and keeps the
+preset's sizes.
 
-The result is cached per machine, environment, algorithm and the sizes it depends on under the
-user's cache directory; `--recalibrate` measures again.
+`jaxrl_fast.calibration.choose` chooses from the rows alone (pure functions, no JAX): it changes
+only what leaves learning per env step as it was (threads; the split of an on-policy batch; the
+off-policy async actors' env batch), each only when measured a margin faster than the preset's.
+
+The result is cached per machine, environment, algorithm, run length and the sizes it depends on
+under the user's cache directory; `--recalibrate` measures again.
 """
 
 from __future__ import annotations
@@ -50,9 +50,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.algos import make_algorithm
-from jaxrl_fast.calibration.choose import Row, best_threads, choose_off_policy, choose_on_policy, with_inference
+from jaxrl_fast.calibration.choose import (
+    Row,
+    choose_off_policy,
+    choose_on_policy,
+    choose_threads,
+    default_threads,
+    with_inference,
+)
 from jaxrl_fast.config.checks import config_errors
-from jaxrl_fast.config.plan import dispatch_steps, off_policy_plan
+from jaxrl_fast.config.plan import off_policy_plan
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
 from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect
 from jaxrl_fast.engine.async_mode import AsyncModeActor
@@ -60,12 +67,15 @@ from jaxrl_fast.engine.offpolicy_steps import make_pieces
 from jaxrl_fast.engine.placement import Placement, describe, describe_devices
 from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.timing import PhaseClock
-from jaxrl_fast.env.envpool import make_pool, make_xla_env
+from jaxrl_fast.env.envpool import make_pool, make_xla_env, probe_spec
 from jaxrl_fast.env.spaces import random_actions_np
 from jaxrl_fast.types import BatchedEnv, EnvSpec, Rollout, Transition
 
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MEASURE_S = 0.1  # wall time per EnvPool measurement
+PROBE_S = 0.02  # wall time of the first one, which only bounds the run's length (to a few percent)
+RUN_SHARE = 0.05  # a pass may spend this share of the run's lower bound (total_steps at EnvPool's own speed)
+MIN_ROLLOUT = 16  # the shortest rollout (steps per env) a split may have, unless the preset's is shorter
 
 
 @dataclasses.dataclass
@@ -75,50 +85,55 @@ class Calibration:
     env: str
     algo: str
     schedule: str
-    budget_s: float
+    budget_s: float  # the budget it had: the smaller of the given one and RUN_SHARE x bound_s
     elapsed_s: float
+    bound_s: float  # the run's lower bound: total_steps at the speed of EnvPool alone
     machine: dict[str, Any]
     envpool: list[dict[str, Any]]  # num_envs, num_threads, batch_size, env_sps
     acting: list[dict[str, Any]]  # num_envs, num_threads, rollout_sps, inference_us_per_step | env_batch
-    learning: list[dict[str, Any]]  # size, device, update_s, update_frames_per_s, num_envs | batch_size
-    candidates: list[dict[str, Any]]  # predicted trained steps/s per choice
-    choice: dict[str, Any]  # num_envs, num_threads, env_batch_size, (batch_size, utd_ratio) | (minibatch_size)
+    learning: list[dict[str, Any]]  # on-policy: size, device, update_s, update_frames_per_s, num_envs
+    candidates: list[dict[str, Any]]  # on-policy: predicted trained steps/s per split; off-policy: acting per env batch
+    choice: dict[str, Any]  # num_envs, num_threads (0: as given), num_steps (on-policy) | env_batch_size
     reason: str
     skipped: list[str]
     cached: bool = False
 
     def apply(self, config: TrainConfig) -> TrainConfig:
         """The config with the chosen sizes."""
-        changes: dict[str, Any] = {"num_envs": self.choice["num_envs"], "num_threads": self.choice["num_threads"]}
-        if family(config) == "off_policy":
-            hyper = dataclasses.replace(algo_config(config), batch_size=self.choice["batch_size"],
-                                        utd_ratio=self.choice["utd_ratio"])
-            changes[config.algo] = hyper
-            batch = self.choice.get("env_batch_size", self.choice["num_envs"])
-            changes["env_batch_size"] = batch if batch < self.choice["num_envs"] else 0
-        return dataclasses.replace(config, **changes)
+        if self.choice["num_threads"]:
+            config = dataclasses.replace(config, num_threads=self.choice["num_threads"])
+        if family(config) == "on_policy":
+            return split(config, self.choice["num_envs"])
+        if self.choice["env_batch_size"] < config.num_envs:
+            config = dataclasses.replace(config, env_batch_size=self.choice["env_batch_size"])
+        return config
 
     def table(self) -> str:
         lines = [f"calibration for {self.algo} on {self.env} ({self.schedule} schedule), "
-                 f"{self.elapsed_s:.1f} s of a {self.budget_s:.0f} s budget" + (" (cached)" if self.cached else "")]
+                 f"{self.elapsed_s:.1f} s of a {self.budget_s:.1f} s budget" + (" (cached)" if self.cached else ""),
+                 f"the run's lower bound: {self.bound_s:.1f} s (its steps at EnvPool's own speed); the budget is at most "
+                 f"{RUN_SHARE:.0%} of it"]
         lines.append("EnvPool alone (Python API, random actions):")
         lines.append(f"  {'num_envs':>8} {'threads':>7} {'batch':>6} {'steps/s':>10}")
         for r in self.envpool:
             lines.append(f"  {r['num_envs']:>8} {r['num_threads']:>7} {r['batch_size']:>6} {r['env_sps']:>10,.0f}")
         lines.append("acting (policy + EnvPool: jitted XLA rollout at batch = num_envs, host loop in async mode):")
-        lines.append(f"  {'num_envs':>8} {'threads':>7} {'batch':>6} {'steps/s':>10} {'inference us/step':>18}")
+        lines.append(f"  {'num_envs':>8} {'steps':>6} {'threads':>7} {'batch':>6} {'steps/s':>10} {'inference us/step':>18}")
         for r in self.acting:
             inference = r.get("inference_us_per_step")
-            lines.append(f"  {r['num_envs']:>8} {r['num_threads']:>7} {r.get('env_batch', r['num_envs']):>6} "
-                         f"{r['rollout_sps']:>10,.0f} {'-' if inference is None else f'{inference:.1f}':>18}")
+            lines.append(f"  {r['num_envs']:>8} {r.get('num_steps', '-'):>6} {r['num_threads']:>7} "
+                         f"{r.get('env_batch', r['num_envs']):>6} {r['rollout_sps']:>10,.0f} "
+                         f"{'-' if inference is None else f'{inference:.1f}':>18}")
         lines.append("learning (jitted update):")
         lines.append(f"  {'size':>14} {'device':>8} {'update ms':>10} {'frames/s':>10}")
         for r in self.learning:
             lines.append(f"  {r['size']:>14} {r['device']:>8} {1e3 * r['update_s']:>10.2f} {r['update_frames_per_s']:>10,.0f}")
-        lines.append("predicted trained env steps/s:")
-        for c in sorted(self.candidates, key=lambda c: -c["trained_sps"])[:8]:
-            sizes = ", ".join(f"{k}={v}" for k, v in c.items() if k != "trained_sps")
-            lines.append(f"  {c['trained_sps']:>10,.0f}  {sizes}")
+        if self.candidates:
+            lines.append("candidates (predicted env steps/s):")
+        for c in sorted(self.candidates, key=lambda c: -c.get("trained_sps", c.get("acting_sps", 0)))[:8]:
+            sps = c.get("trained_sps", c.get("acting_sps", 0))
+            sizes = ", ".join(f"{k}={v}" for k, v in c.items() if k not in ("trained_sps", "acting_sps"))
+            lines.append(f"  {sps:>10,.0f}  {sizes}")
         lines.append("choice: " + ", ".join(f"{k}={v}" for k, v in self.choice.items()))
         lines.append("reason: " + self.reason)
         for note in self.skipped:
@@ -150,6 +165,8 @@ def cache_key(config: TrainConfig) -> str:
         "algo": config.algo,
         "schedule": config.schedule,
         "placement": config.placement,
+        "total_steps": config.total_steps,  # the run's length sets the budget
+        "num_envs": config.num_envs,
         "hyper": dataclasses.asdict(hyper),
     }
     digest = hashlib.sha256(json.dumps(depends, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -173,9 +190,9 @@ class Budget:
     def used(self) -> float:
         return time.perf_counter() - self.start
 
-    def allows(self, kinds: Sequence[str], before: float = 1.0) -> bool:
-        """One measurement of each of `kinds` fits in what is left, and less than `before` of the budget is used."""
-        return self.used + sum(self.cost[k] for k in kinds) <= self.seconds and self.used < before * self.seconds
+    def allows(self, kinds: Sequence[str]) -> bool:
+        """One measurement of each of `kinds` fits in what is left."""
+        return self.used + sum(self.cost[k] for k in kinds) <= self.seconds
 
     def record(self, kind: str, seconds: float) -> None:
         self.cost[kind] = COST_FACTOR * seconds
@@ -186,8 +203,6 @@ class Measurement(NamedTuple):
 
     kind: str  # "envpool", "acting", "async_mode" or "update"
     args: dict[str, Any]
-    essential: bool = False  # the choice needs it (the preset's sizes): measured whatever the budget
-    before: float = 1.0  # optional ones start only while less than this share of the budget is used
     then: tuple[str, ...] = ()  # kinds that follow at the same size: no use without this one, nor it without them
 
     def label(self) -> str:
@@ -197,21 +212,20 @@ class Measurement(NamedTuple):
 
 def run_measurements(plan: Sequence[Measurement], measures: Mapping[str, Callable[..., list[Row]]],
                      budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
-    """Every measurement of `plan` in order: the essential ones always, the others while the budget
-    allows them and the `then` kinds that follow (skipped with them). Returns the rows by kind and
-    what the budget left out."""
+    """The measurements of `plan` in order, up to the first one the budget does not allow with the
+    `then` kinds that follow it (a plan is in order of use: what comes later is of no use without
+    what came before). Once one starts, its `then` kinds follow it whatever the budget then says.
+    Returns the rows by kind and what the budget left out."""
     rows: dict[str, list[Row]] = {kind: [] for kind in measures}
-    skipped, follows_skipped = [], set()
-    for m in plan:
-        if not m.essential and (m.kind in follows_skipped or not budget.allows((m.kind, *m.then), m.before)):
-            skipped.append(f"{m.label()} (budget)")
-            follows_skipped = set(m.then)
-            continue
-        follows_skipped = set()
+    follows: set[str] = set()
+    for i, m in enumerate(plan):
+        if m.kind not in follows and not budget.allows((m.kind, *m.then)):
+            return rows, [f"{left.label()} (budget)" for left in plan[i:]]
+        follows = set(m.then)
         begin = time.perf_counter()
         rows[m.kind].extend(measures[m.kind](**m.args))
         budget.record(m.kind, time.perf_counter() - begin)
-    return rows, skipped
+    return rows, []
 
 
 def measuring_order(sizes, preset: int) -> list[int]:
@@ -224,56 +238,54 @@ def thread_grid(num_envs: int) -> list[int]:
     return sorted({min(t, num_envs) for t in (1, 2, 4, 8, 16, 32) if t <= cpus} | {min(cpus, num_envs)})
 
 
-def env_sizes(config: TrainConfig) -> list[int]:
-    """num_envs to try: powers of two up to max(64, 4x the preset's) and the preset's own, each one a
-    run accepts with the other flags as given (PPO: the minibatches must split num_envs x num_steps),
-    so that any size it picks needs no check again."""
-    grid = sorted({n for n in ENV_GRID if n <= max(64, 4 * config.num_envs)} | {config.num_envs})
-    valid = [n for n in grid if not config_errors(dataclasses.replace(config, num_envs=n))]
-    return valid or [config.num_envs]
+def split(config: TrainConfig, num_envs: int) -> TrainConfig:
+    """The on-policy config with its batch (num_envs x num_steps) split over `num_envs` envs."""
+    hyper = algo_config(config)
+    batch = config.num_envs * hyper.num_steps
+    return dataclasses.replace(config, num_envs=num_envs,
+                               **{config.algo: dataclasses.replace(hyper, num_steps=batch // num_envs)})
 
 
-def envpool_plan(config: TrainConfig, sizes: list[int]) -> list[Measurement]:
-    """EnvPool alone over num_envs x threads; the preset's num_envs is essential."""
-    return [Measurement("envpool", dict(num_envs=n, num_threads=t, batch_size=n), essential=n == config.num_envs)
-            for n in sizes for t in thread_grid(n)]
+def split_sizes(config: TrainConfig) -> list[int]:
+    """num_envs the preset's on-policy batch may be split over: as many envs or more (fewer never
+    step faster), each rollout at least `MIN_ROLLOUT` steps (or the preset's, if shorter), each
+    accepted by a run with the other flags as given, so that any size it picks needs no check again."""
+    hyper = algo_config(config)
+    batch, shortest = config.num_envs * hyper.num_steps, min(MIN_ROLLOUT, hyper.num_steps)
+    sizes = {n for n in ENV_GRID if n > config.num_envs and batch % n == 0 and batch // n >= shortest}
+    return [config.num_envs] + [n for n in sorted(sizes) if not config_errors(split(config, n))]
 
 
-def async_envpool_plan(threads: dict[int, int]) -> list[Measurement]:
-    """EnvPool's async mode at env batches n/2 and n/4 of the two largest num_envs, where it can
-    matter most; in the first quarter of the budget only (acting and learning need the rest)."""
-    return [Measurement("envpool", dict(num_envs=n, num_threads=threads[n], batch_size=batch), before=0.25)
-            for n in [n for n in threads if n >= 4][-2:] for batch in (n // 2, n // 4)]
+def threads_plan(config: TrainConfig) -> list[Measurement]:
+    """EnvPool alone at the preset's num_envs, per thread count."""
+    n = config.num_envs
+    return [Measurement("envpool", dict(num_envs=n, num_threads=t, batch_size=n)) for t in thread_grid(n)]
 
 
-def on_policy_plan(config: TrainConfig, threads: dict[int, int]) -> list[Measurement]:
-    """A rollout and an update per num_envs, the preset's first (essential), then outwards; a rollout
-    starts only if its update fits too (a candidate needs both)."""
-    plan = []
-    for n in measuring_order(threads, config.num_envs):
-        preset = n == config.num_envs
-        plan += [Measurement("acting", dict(num_envs=n, num_threads=threads[n]), preset, then=("update",)),
-                 Measurement("update", dict(num_envs=n), preset)]
-    return plan
+def on_policy_plan(config: TrainConfig, threads: int) -> list[Measurement]:
+    """The preset's rollout and update (a rollout starts only if its update fits too: neither is of
+    use alone), then a rollout per other split of its batch, outwards from the preset's."""
+    batch, preset = config.num_envs * algo_config(config).num_steps, config.num_envs
+    plan = [Measurement("acting", dict(num_envs=preset, num_threads=min(threads, preset), num_steps=batch // preset),
+                        then=("update",)),
+            Measurement("update", dict(num_envs=preset))]
+    return plan + [Measurement("acting", dict(num_envs=n, num_threads=min(threads, n), num_steps=batch // n))
+                   for n in measuring_order(split_sizes(config), preset) if n != preset]
 
 
-def off_policy_plan_of_measurements(config: TrainConfig, threads: dict[int, int],
-                                    devices: Sequence[jax.Device]) -> list[Measurement]:
-    """Updates at the preset's batch (essential), 2x and 4x on each learner device; then acting
-    per num_envs, the preset's first (essential), and for the `async` schedule EnvPool's async mode."""
-    batch = algo_config(config).batch_size
-    plan = [Measurement("update", dict(batch_size=size, device=d), size == batch)
-            for size in (batch, 2 * batch, 4 * batch) for d in devices]
-    for n in measuring_order(threads, config.num_envs):
-        preset = n == config.num_envs
-        plan.append(Measurement("acting", dict(num_envs=n, num_threads=threads[n]), preset))
-        if config.schedule == "async" and n >= 4:  # only the async actors can use EnvPool's async mode
-            plan.append(Measurement("async_mode", dict(num_envs=n, num_threads=threads[n]), preset))
-    return plan
+def off_policy_plan_of_measurements(config: TrainConfig, threads: int) -> list[Measurement]:
+    """For the `async` schedule, acting at the preset's num_envs, then the actors over EnvPool's
+    async mode (neither is of use alone); the other schedules have nothing more to choose."""
+    n = config.num_envs
+    if config.schedule != "async" or n < 4:
+        return []
+    return [Measurement("acting", dict(num_envs=n, num_threads=threads), then=("async_mode",)),
+            Measurement("async_mode", dict(num_envs=n, num_threads=threads))]
 
 
 # -- measuring: each times one kind of program where placement puts it, and returns plain rows ------
-def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: int) -> float:
+def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: int,
+                seconds: float = MEASURE_S) -> float:
     """Steps/s of EnvPool alone (async send/recv, which is also the sync mode when batch == num_envs)."""
     pool = make_pool(env_id, num_envs, num_threads, seed=0, batch_size=batch_size)
     rng = np.random.default_rng(0)
@@ -283,7 +295,7 @@ def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: 
         _, _, _, _, info = pool.recv()
         if start is None:
             start = time.perf_counter()
-        elif time.perf_counter() - start > MEASURE_S:
+        elif time.perf_counter() - start > seconds:
             break
         ids = info["env_id"]
         pool.send(random_actions_np(spec, rng, len(ids)), ids)
@@ -344,16 +356,17 @@ def env_carry_on(setup: Setup, env: BatchedEnv, device: jax.Device) -> Any:
     return jax.device_put(carry, device)
 
 
-def measure_envpool(setup: Setup, num_envs: int, num_threads: int, batch_size: int) -> list[Row]:
+def measure_envpool(env_id: str, num_envs: int, num_threads: int, batch_size: int,
+                    seconds: float = MEASURE_S) -> list[Row]:
     """EnvPool alone, its Python API stepping random actions."""
-    sps = envpool_sps(setup.config.env, setup.spec, num_envs, num_threads, batch_size)
+    sps = envpool_sps(env_id, probe_spec(env_id), num_envs, num_threads, batch_size, seconds)
     return [dict(num_envs=num_envs, num_threads=num_threads, batch_size=batch_size, env_sps=sps)]
 
 
-def measure_rollout(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
+def measure_rollout(setup: Setup, num_envs: int, num_threads: int, num_steps: int) -> list[Row]:
     """On-policy acting: the jitted rollout of `num_steps` per env (policy + EnvPool's XLA step)
     on placement's acting device."""
-    length, device = algo_config(setup.config).num_steps, setup.placement.acting
+    length, device = num_steps, setup.placement.acting
     env = open_env(setup, num_envs, num_threads)
     algo, collect = sized_algorithm(setup.config, setup.spec, num_envs), make_collect(env, setup.options, length)
 
@@ -365,7 +378,7 @@ def measure_rollout(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
     state = jax.device_put(algo.init(jax.random.key(0)), device)  # sized state: gSDE holds a matrix per env
     program = jax.jit(rollout, donate_argnums=0)
     seconds, _ = timed_calls(lambda c: program(c, state, jax.random.key(1))[0], carry)
-    return [dict(num_envs=num_envs, num_threads=num_threads, rollout_sps=length * num_envs / seconds)]
+    return [dict(num_envs=num_envs, num_steps=length, num_threads=num_threads, rollout_sps=length * num_envs / seconds)]
 
 
 def zeros_rollout(algo: Any, state: Any, spec: EnvSpec, num_envs: int, length: int) -> Rollout:
@@ -455,14 +468,32 @@ def learner_devices(placement: Placement, schedule: str) -> list[jax.Device]:
     return [placement.learner]
 
 
-def measuring_functions(setup: Setup) -> dict[str, Callable[..., list[Row]]]:
-    measures = {"envpool": functools.partial(measure_envpool, setup)}
+class LazySetup:
+    """The pass's `Setup`, made when a program is first measured: a short run measures EnvPool
+    alone and needs none (making one costs a pool and a trace of the algorithm)."""
+
+    def __init__(self, config: TrainConfig, placement: Placement):
+        self.config, self.placement, self.made = config, placement, None
+
+    def __call__(self) -> Setup:
+        if self.made is None:
+            self.made = make_setup(self.config, self.placement)
+        return self.made
+
+    def close(self) -> None:
+        for env in self.made.opened if self.made else ():
+            env.pool.close()
+
+
+def measuring_functions(setup: LazySetup) -> dict[str, Callable[..., list[Row]]]:
+    def on(measure):  # the function with the pass's setup, made on the first call
+        return lambda **args: measure(setup(), **args)
+
+    measures = {"envpool": functools.partial(measure_envpool, setup.config.env)}
     if family(setup.config) == "on_policy":
-        return measures | {"acting": functools.partial(measure_rollout, setup),
-                           "update": functools.partial(measure_on_policy_update, setup)}
-    return measures | {"acting": functools.partial(measure_off_policy_acting, setup),
-                       "async_mode": functools.partial(measure_async_mode, setup),
-                       "update": functools.partial(measure_off_policy_update, setup)}
+        return measures | {"acting": on(measure_rollout), "update": on(measure_on_policy_update)}
+    return measures | {"acting": on(measure_off_policy_acting), "async_mode": on(measure_async_mode),
+                       "update": on(measure_off_policy_update)}
 
 
 # -- the pass ----------------------------------------------------------------------------------
@@ -492,41 +523,58 @@ def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0,
     return result
 
 
-def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[dict[str, list[Row]], list[str]]:
-    """Every row of the pass: EnvPool first (it picks each num_envs' thread count), then the plan of
-    the algorithm's family."""
-    setup = make_setup(config, placement)
+def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[dict[str, list[Row]], list[str], float]:
+    """Every row of the pass, what the budget left out, and the run's lower bound: a short probe of
+    EnvPool alone at the preset's num_envs and default threads first (the bound, which caps the
+    budget), EnvPool per thread count, then the plan of the algorithm's family."""
+    setup = LazySetup(config, placement)
+    n, cpus = config.num_envs, os.cpu_count() or 1
     try:
         measures = measuring_functions(setup)
-        rows, skipped = run_measurements(envpool_plan(config, env_sizes(config)), measures, budget)
-        threads = best_threads(rows["envpool"])
-        plan = async_envpool_plan(threads) + (
-            on_policy_plan(config, threads) if family(config) == "on_policy"
-            else off_policy_plan_of_measurements(config, threads, learner_devices(setup.placement, config.schedule)))
+        probe = measures["envpool"](num_envs=n, num_threads=default_threads(n, cpus), batch_size=n, seconds=PROBE_S)
+        budget.record("envpool", budget.used + MEASURE_S - PROBE_S)  # a pool to make costs as much again
+        bound_s = config.total_steps / probe[0]["env_sps"]
+        budget.seconds = min(budget.seconds, RUN_SHARE * bound_s)
+        rows, skipped = run_measurements(threads_plan(config), measures, budget)
+        rows["envpool"] = rows["envpool"] or probe  # the thread counts' rows, measured longer, when there are any
+        threads = choose_threads(rows["envpool"], n, cpus)[0] or default_threads(n, cpus)
+        plan = (on_policy_plan(config, threads) if family(config) == "on_policy"
+                else off_policy_plan_of_measurements(config, threads))
         more, more_skipped = run_measurements(plan, measures, budget)
     finally:
-        for env in setup.opened:
-            env.pool.close()
-    return {kind: rows[kind] + more[kind] for kind in measures}, skipped + more_skipped
+        setup.close()
+    return {kind: rows[kind] + more[kind] for kind in measures}, skipped + more_skipped, bound_s
 
 
 def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: float) -> Calibration:
     budget = Budget(budget_s)
-    rows, skipped = measure(config, placement, budget)
-    hyper = algo_config(config)
+    rows, skipped, bound_s = measure(config, placement, budget)
     acting = with_inference(rows["acting"] + rows.get("async_mode", []), rows["envpool"])
+    cpus = os.cpu_count() or 1
+    if family(config) == "on_policy":
+        batch = config.num_envs * algo_config(config).num_steps
+        choice, reason, candidates = choose_on_policy(acting, rows["update"], rows["envpool"], config.schedule, batch,
+                                                      config.num_envs, cpus)
+    else:
+        choice, reason, candidates = choose_off_policy(acting, rows["envpool"], config.schedule, config.num_envs, cpus)
+    return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, bound_s, machine(),
+                       rows["envpool"], acting, rows["update"] if family(config) == "on_policy" else [], candidates,
+                       choice, reason, skipped)
+
+
+def measure_phases(config: TrainConfig, placement: Placement) -> dict[str, list[Row]]:
+    """The preset's acting and update, each alone, whatever the run's length: the phase times that
+    `experiments/bench_schedules.py` sets beside its end-to-end figures."""
+    setup = LazySetup(config, placement)
+    n, hyper = config.num_envs, algo_config(config)
+    threads = config.num_threads or default_threads(n, os.cpu_count() or 1)
+    measures = measuring_functions(setup)
     try:
         if family(config) == "on_policy":
-            choice, reason, candidates = choose_on_policy(acting, rows["update"], config.schedule, hyper.num_steps,
-                                                          getattr(hyper, "num_minibatches", 1))
-        else:
-            choice, reason, candidates = choose_off_policy(acting, rows["update"], config.schedule, hyper.batch_size,
-                                                           hyper.utd_ratio)
-            chosen = dataclasses.replace(hyper, batch_size=choice["batch_size"], utd_ratio=choice["utd_ratio"])
-            plan = off_policy_plan(chosen, choice["num_envs"], dispatch_steps(config))
-            choice |= dict(rollout_length=plan.rollout_length, updates_per_iteration=plan.updates_per_iteration)
-    except ValueError as error:
-        raise RuntimeError(f"calibration: a budget of {budget.seconds:.0f} s measured no candidate ({error}); "
-                           "raise --budget-s") from error
-    return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, machine(),
-                       rows["envpool"], acting, rows["update"], candidates, choice, reason, skipped)
+            return {"acting": measures["acting"](num_envs=n, num_threads=threads, num_steps=hyper.num_steps),
+                    "learning": measures["update"](num_envs=n)}
+        return {"acting": measures["acting"](num_envs=n, num_threads=threads),
+                "learning": [row for device in learner_devices(setup().placement, config.schedule)
+                             for row in measures["update"](batch_size=hyper.batch_size, device=device)]}
+    finally:
+        setup.close()

@@ -20,7 +20,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--env", default=TrainConfig.env)
     parser.add_argument("--algo", default=TrainConfig.algo, choices=list(ALGORITHMS))
     parser.add_argument("--schedule", default="sync", choices=["sync", "concurrent", "async"])
-    parser.add_argument("--budget-s", type=float, default=30.0, help="time budget of the measurements (seconds)")
+    parser.add_argument("--budget-s", type=float, default=30.0,
+                        help="time budget of the measurements (seconds); at most 5%% of the run's lower bound")
+    parser.add_argument("--total-steps", type=int, default=None,
+                        help="the length of the run to calibrate for (default: the preset's); it caps the budget "
+                             "and is part of the cache key, as in `train --calibrate --total-steps N`")
     parser.add_argument("--recalibrate", action="store_true", help="measure again even when a cached result exists")
     args = parser.parse_args(argv)
     from jaxrl_fast.calibration.measure import cache_dir
@@ -30,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = dataclasses.replace(preset_config(args.env, args.algo), schedule=args.schedule, calibrate=True,
                                      recalibrate=args.recalibrate, calibration_budget_s=args.budget_s)
+        if args.total_steps is not None:
+            config = dataclasses.replace(config, total_steps=args.total_steps)
         if args.budget_s <= 0:
             raise ConfigError(f"--budget-s must be positive, got {args.budget_s}")
         on_devices(check_inputs(config, run_dir=False), run_dir=False)  # prints the table as it calibrates
