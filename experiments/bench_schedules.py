@@ -5,7 +5,8 @@
     python experiments/bench_schedules.py --setups sac-halfcheetah --calibrated no   # the preset's sizes only
 
 Each row is `python -m jaxrl_fast.train` in a fresh process (PPO on CartPole-v1 to 475, SAC on
-HalfCheetah-v4 for a fixed step budget), read back from its summary.json and metrics.jsonl:
+HalfCheetah-v4 for a fixed step budget; with `--setups`, MuJoCo with 16 envs and Atari with 32-128
+for fixed budgets), read back from its summary.json and metrics.jsonl:
   * env steps/s and update frames/s over the training time (compilation excluded);
   * time to 475 from process start (CartPole), imports, calibration and compilation included;
   * where the time went: seconds the env (acting programs) and the update programs were busy, and
@@ -13,7 +14,7 @@ HalfCheetah-v4 for a fixed step budget), read back from its summary.json and met
     program, so it has no host-side split).
 Calibration runs use a fresh cache directory, so they measure (and their time counts).
 
-The reference rates are measured here too, from the calibration pass of each setup at the preset's
+The reference rates are measured here too, by calibration's phase measurements at each setup's
 sizes: acting alone (EnvPool + policy, jitted) and learner alone (the update program, expressed as
 env steps/s at the algorithm's ratio). Overlapped schedules aim at min(acting, learner); running
 one after the other gives at best 1 / (1/acting + 1/learner).
@@ -39,6 +40,18 @@ SETUPS = {
                          flags=["--target-return", "475", "--eval-interval", "5000"]),
     "sac-halfcheetah": dict(algo="sac", env="HalfCheetah-v4", schedules=("sync", "concurrent", "async"),
                             flags=["--total-steps", "15000", "--eval-interval", "0", "--log-interval", "1000"]),
+    # where decoupling should pay if anywhere (issue #32 item 3): MuJoCo with 16 envs, Atari with 128
+    "ppo-halfcheetah-16": dict(algo="ppo", env="HalfCheetah-v4", schedules=("sync", "concurrent"),
+                               flags=["--num-envs", "16", "--ppo.num-steps", "128", "--total-steps", "65536",
+                                      "--eval-interval", "0", "--log-interval", "8192"]),
+    "sac-halfcheetah-16": dict(algo="sac", env="HalfCheetah-v4", schedules=("sync", "concurrent", "async"),
+                               flags=["--num-envs", "16", "--total-steps", "12000", "--eval-interval", "0",
+                                      "--log-interval", "1000"]),
+    "ppo-pong-32": dict(algo="ppo", env="Pong-v5", schedules=("sync", "concurrent"),
+                        flags=["--num-envs", "32", "--total-steps", "32768", "--eval-interval", "0",
+                               "--log-interval", "4096"]),
+    "pqn-pong-128": dict(algo="pqn", env="Pong-v5", schedules=("sync", "concurrent"),
+                         flags=["--total-steps", "32768", "--eval-interval", "0", "--log-interval", "4096"]),
 }
 
 
@@ -85,18 +98,17 @@ def run(setup: dict, schedule: str, calibrate: bool, cache: Path, quick: bool) -
 def reference(setup: dict) -> dict:
     """Acting alone and learner alone at the preset's sizes (calibration's phase measurements)."""
     from jaxrl_fast.calibration.measure import measure_phases
-    from jaxrl_fast.config.presets import resolve_defaults
+    from jaxrl_fast.cli.train import parse_args
     from jaxrl_fast.config.run import algo_config
-    from jaxrl_fast.env.ids import env_family
     from jaxrl_fast.run.resolve import check_inputs, on_devices
 
-    config = resolve_defaults(setup["env"], setup["algo"], env_family(setup["env"]))
+    config = parse_args(["--algo", setup["algo"], "--env", setup["env"], *setup["flags"]])  # the setup's sizes
     resolved = on_devices(check_inputs(config, run_dir=False), run_dir=False)
     phases = measure_phases(resolved.config, resolved.placement)
     acting = phases["acting"][0]["rollout_sps"]
     update_s = max(row["update_s"] for row in phases["learning"])  # split placement: the slower role sets the pace
     hyper = algo_config(config)
-    if setup["algo"] == "ppo":
+    if setup["algo"] in ("ppo", "pqn"):  # on-policy: one update per batch of num_envs x num_steps
         learner = config.num_envs * hyper.num_steps / update_s
     else:
         learner = 1.0 / (hyper.utd_ratio * update_s)
@@ -109,7 +121,8 @@ def main() -> None:
 
     faulthandler.dump_traceback_later(1800, exit=True)  # a hung measurement reports where it hung
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    parser.add_argument("--setups", nargs="+", default=["ppo-cartpole", "sac-halfcheetah"], choices=list(SETUPS),
+                        help="default: the first two; the others are the many-env setups of docs/results.md")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--schedules", nargs="+", choices=("sync", "concurrent", "async"),
                         help="only these schedules (default: every schedule of each setup)")
