@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from ttt_side_by_side import machine, train_once
+from ttt_side_by_side import machine, train_once, write_results
 
 from protocol import TASKS
 
@@ -120,11 +119,7 @@ def main() -> None:
             results["tasks"][task]["measured"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                                   "command": results["command"]}
             results["tasks"][task]["compare"] = compare(arms["preset"], arms["calibrated"])
-    results["machine"]["loadavg_after"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(table(results))
-    print(f"-> {args.out}")
+    write_results(results, args.out, table(results))
 
 
 if __name__ == "__main__":

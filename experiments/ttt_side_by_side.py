@@ -208,6 +208,15 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "loadavg_before": os.getloadavg()}
 
 
+def write_results(results: dict, out: Path, markdown: str) -> None:
+    """The load after the sequence, the JSON to `out`, and the table to stdout."""
+    results["machine"]["loadavg_after"] = os.getloadavg()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(markdown)
+    print(f"-> {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0,1,2,3")
@@ -250,11 +259,7 @@ def main() -> None:
                 print(f"  {name}: {rows['peers'][name].get('median_s')} s median", flush=True)
             rows["verdict"] = {lane: verdict(task, rows, lane) for lane in lanes}
             results["tasks"][task] = rows
-    results["machine"]["loadavg_after"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(table(results))
-    print(f"-> {args.out}")
+    write_results(results, args.out, table(results))
 
 
 if __name__ == "__main__":
