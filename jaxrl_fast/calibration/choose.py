@@ -6,7 +6,7 @@ reads a config, so every rule is tested on hand-written rows. The rows are what
 
   envpool:  num_envs, num_threads, batch_size, env_sps                  (EnvPool alone)
   acting:   num_envs, num_threads, rollout_sps [, num_steps | env_batch] (XLA rollout; env_batch: async mode)
-  learning: update_s, num_envs (on-policy) or batch_size (off-policy), device
+  learning: update_s, num_envs, device                                  (on-policy: the preset's update)
 
 Calibration aims at time to a result, so it changes only what leaves learning per env step as the
 preset has it, and only where it is measured a margin faster than the preset's own sizes in the

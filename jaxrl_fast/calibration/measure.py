@@ -17,11 +17,11 @@ kind of program on the device the run's placement gives it and returns plain row
 
 A calibration must not cost more than it can save. Its budget is the smaller of the one given
 (`--calibration-budget-s`) and `RUN_SHARE` of the run's lower bound: `total_steps` at the speed of
-EnvPool alone, measured first (the run itself can never be faster). Every other measurement is
-taken while the budget's estimate of its cost (its kind's last measured cost, compile included)
-fits in what is left; what is left out keeps the preset's value, and the report says so. A short
-run (PPO CartPole-v1's 100,000 steps: a bound near 0.2 s) measures EnvPool once and keeps the
-preset's sizes.
+EnvPool alone, measured first (the run itself can never be faster). The other measurements come
+in order of use and stop at the first whose estimated cost (its kind's last measured cost,
+compile included) does not fit in what is left; what is left out keeps the preset's value, and
+the report says so. A short run (PPO CartPole-v1's 100,000 steps: a bound of 0.7-1.2 s on 2
+cores) measures EnvPool once and keeps the preset's sizes.
 
 `jaxrl_fast.calibration.choose` chooses from the rows alone (pure functions, no JAX): it changes
 only what leaves learning per env step as it was (threads; the split of an on-policy batch; the
@@ -574,7 +574,7 @@ def measure_phases(config: TrainConfig, placement: Placement) -> dict[str, list[
             return {"acting": measures["acting"](num_envs=n, num_threads=threads, num_steps=hyper.num_steps),
                     "learning": measures["update"](num_envs=n)}
         return {"acting": measures["acting"](num_envs=n, num_threads=threads),
-                "learning": [row for device in learner_devices(setup().placement, config.schedule)
+                "learning": [row for device in learner_devices(placement, config.schedule)
                              for row in measures["update"](batch_size=hyper.batch_size, device=device)]}
     finally:
         setup.close()
