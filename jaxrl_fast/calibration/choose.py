@@ -1,7 +1,8 @@
 """Calibration's choosing half: rows of measurements in, sizes and the reason out.
 
 Pure functions over plain data (lists of dicts, numbers, strings); nothing here imports JAX or
-reads a config, so every rule is tested on hand-written rows. The rows are what
+reads a config, so every rule is tested on hand-written rows (EnvPool's default thread count is
+`config.plan.default_env_threads`, the run's own rule). The rows are what
 `jaxrl_fast.calibration.measure` measures:
 
   envpool:  num_envs, num_threads, batch_size, env_sps                  (EnvPool alone)
@@ -23,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from jaxrl_fast.config.plan import default_env_threads
+
 Row = dict[str, Any]
 
 FLAT_MARGIN = 0.05  # splits this close to the best count as equal: the one nearest the preset's wins
@@ -36,17 +39,12 @@ def per_step_seconds(act_s: float, learn_s: float, schedule: str) -> float:
     return act_s + learn_s if schedule == "sync" else max(act_s, learn_s)
 
 
-def default_threads(num_envs: int, cpus: int) -> int:
-    """The thread count EnvPool takes when given none (its `num_threads=0`)."""
-    return max(1, min(num_envs, cpus))
-
-
 def choose_threads(envpool: list[Row], num_envs: int, cpus: int) -> tuple[int, str]:
     """EnvPool's thread count at `num_envs`: the fastest measured (synchronous rows) when it steps
     `THREAD_MARGIN` faster than the default, else 0 (the run keeps the count it was given, EnvPool's
     default unless the user named one)."""
     sps = {r["num_threads"]: r["env_sps"] for r in envpool if r["num_envs"] == num_envs == r["batch_size"]}
-    default = default_threads(num_envs, cpus)
+    default = default_env_threads(num_envs, cpus)
     if default not in sps:
         return 0, "EnvPool's thread count as given (not measured)"
     if len(sps) == 1:

@@ -55,11 +55,10 @@ from jaxrl_fast.calibration.choose import (
     choose_off_policy,
     choose_on_policy,
     choose_threads,
-    default_threads,
     with_inference,
 )
 from jaxrl_fast.config.checks import config_errors
-from jaxrl_fast.config.plan import off_policy_plan
+from jaxrl_fast.config.plan import default_env_threads, off_policy_plan
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
 from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect
 from jaxrl_fast.engine.async_mode import AsyncModeActor
@@ -531,13 +530,13 @@ def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[
     n, cpus = config.num_envs, os.cpu_count() or 1
     try:
         measures = measuring_functions(setup)
-        probe = measures["envpool"](num_envs=n, num_threads=default_threads(n, cpus), batch_size=n, seconds=PROBE_S)
+        probe = measures["envpool"](num_envs=n, num_threads=default_env_threads(n, cpus), batch_size=n, seconds=PROBE_S)
         budget.record("envpool", budget.used + MEASURE_S - PROBE_S)  # a pool to make costs as much again
         bound_s = config.total_steps / probe[0]["env_sps"]
         budget.seconds = min(budget.seconds, RUN_SHARE * bound_s)
         rows, skipped = run_measurements(threads_plan(config), measures, budget)
         rows["envpool"] = rows["envpool"] or probe  # the thread counts' rows, measured longer, when there are any
-        threads = choose_threads(rows["envpool"], n, cpus)[0] or default_threads(n, cpus)
+        threads = choose_threads(rows["envpool"], n, cpus)[0] or default_env_threads(n, cpus)
         plan = (on_policy_plan(config, threads) if family(config) == "on_policy"
                 else off_policy_plan_of_measurements(config, threads))
         more, more_skipped = run_measurements(plan, measures, budget)
@@ -567,7 +566,7 @@ def measure_phases(config: TrainConfig, placement: Placement) -> dict[str, list[
     `experiments/bench_schedules.py` sets beside its end-to-end figures."""
     setup = LazySetup(config, placement)
     n, hyper = config.num_envs, algo_config(config)
-    threads = config.num_threads or default_threads(n, os.cpu_count() or 1)
+    threads = config.num_threads or default_env_threads(n, os.cpu_count() or 1)
     measures = measuring_functions(setup)
     try:
         if family(config) == "on_policy":

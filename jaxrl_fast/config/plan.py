@@ -122,9 +122,14 @@ def warm_iterations(config: TrainConfig) -> int:
     return 0
 
 
+def default_env_threads(num_envs: int, cpus: int | None = None) -> int:
+    """EnvPool's worker threads when given none (its `num_threads=0`): one per env, up to the CPU cores."""
+    return max(1, min(num_envs, cpus or os.cpu_count() or 1))
+
+
 def env_threads(config: TrainConfig) -> int:
-    """EnvPool worker threads: --num-threads, or one per env (of every seed's) up to the CPU cores."""
-    return config.num_threads or min(config.num_envs * config.num_seeds, os.cpu_count() or 1)
+    """EnvPool worker threads: --num-threads, or EnvPool's default over every seed's envs (one pool holds them)."""
+    return config.num_threads or default_env_threads(config.num_envs * config.num_seeds)
 
 
 DEFAULT_PROFILE_START, DEFAULT_PROFILE_CALLS = 1, 3

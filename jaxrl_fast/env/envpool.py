@@ -33,7 +33,7 @@ import numpy as np
 from jax import ffi
 
 from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family, is_gymnasium_id, is_jax_env_id
-from jaxrl_fast.env.spaces import flatten_observations, observation_keys_of
+from jaxrl_fast.env.spaces import action_fields, flatten_observations, observation_keys_of
 from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
 from jaxrl_fast.types import EnvSpec, Step
 
@@ -146,23 +146,12 @@ def agent_env_seeds(seed: int, num_agents: int, num_envs: int) -> list[int]:
 def spec_of(pool: Any, env_id: str) -> EnvSpec:
     space = pool.single_action_space if hasattr(pool, "single_action_space") else pool.action_space
     obs_space = pool.single_observation_space if hasattr(pool, "single_observation_space") else pool.observation_space
-    discrete = hasattr(space, "n")
-    if discrete:
-        num_actions, shape, low, high = int(space.n), (), (), ()
-    else:
-        num_actions, shape = 0, tuple(space.shape)
-        low = tuple(float(x) for x in np.asarray(space.low, np.float64).reshape(-1))
-        high = tuple(float(x) for x in np.asarray(space.high, np.float64).reshape(-1))
     return EnvSpec(
         env_id=env_id,
         family=env_family(env_id),
         num_envs=int(pool.config["num_envs"]),
         obs_shape=tuple(obs_space.shape),
-        discrete=discrete,
-        num_actions=num_actions,
-        action_shape=shape,
-        action_low=low,
-        action_high=high,
+        **action_fields(space),
         max_episode_steps=int(pool.config["max_episode_steps"]),
         obs_dtype="uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32",
         frame_stack=int(pool.config.get("stack_num", 1)) if env_family(env_id) in PIXEL_FAMILIES else 1,

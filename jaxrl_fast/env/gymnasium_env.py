@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.env.spaces import flatten_observations, observation_keys_of
+from jaxrl_fast.env.spaces import action_fields, env_seeds, flatten_observations, observation_keys_of
 from jaxrl_fast.types import ConfigError, EnvSpec, Step
 
 FAMILY = "gymnasium"
@@ -106,7 +106,7 @@ class GymPool:
         self.single_observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.single_action_space = action
         self.num_envs = num_envs
-        self.seeds = [int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else [seed + i for i in range(num_envs)]
+        self.seeds = env_seeds(seed, num_envs)
         self.limit = int(self.vector.envs[0].spec.max_episode_steps or limit) if self.vector.envs[0].spec else limit
         self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.limit}  # EnvPool's keys; one host thread
         self.elapsed = np.zeros(num_envs, np.int32)
@@ -140,15 +140,9 @@ class GymPool:
 
 
 def spec_of(pool: GymPool, env_id: str) -> EnvSpec:
-    space = pool.single_action_space
-    discrete = hasattr(space, "n")
     return EnvSpec(
         env_id=env_id, family=FAMILY, num_envs=pool.num_envs, obs_shape=pool.single_observation_space.shape,
-        discrete=discrete, num_actions=int(space.n) if discrete else 0,
-        action_shape=() if discrete else tuple(space.shape),
-        action_low=() if discrete else tuple(float(x) for x in np.asarray(space.low, np.float64).reshape(-1)),
-        action_high=() if discrete else tuple(float(x) for x in np.asarray(space.high, np.float64).reshape(-1)),
-        max_episode_steps=pool.limit, obs_keys=pool.keys)
+        **action_fields(pool.single_action_space), max_episode_steps=pool.limit, obs_keys=pool.keys)
 
 
 @dataclasses.dataclass

@@ -18,10 +18,6 @@ VECTOR_FAMILIES = ("classic_control", "mujoco", "box2d", "toy_text", "minigrid")
 PIXEL_FAMILIES = ("atari", "procgen")  # uint8 images, channels first: Atari's [4, 84, 84] stacks, Procgen's [3, 64, 64]
 
 
-# gymnax's classic-control tasks: the same dynamics, limits and rewards as EnvPool's ids of these names.
-GYMNAX_CLASSIC = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0")
-
-
 # Pool options the engine sets itself (`make_pool`'s arguments), never given through --env-kwargs.
 ENGINE_OPTIONS = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "max_num_players",
                   "thread_affinity_offset", "gym_reset_return_info", "base_path", "task",
@@ -116,17 +112,21 @@ def env_suite(env_id: str) -> str | None:
     """The suite whose presets an id takes on top of its family's: 'dm_control' for dm_control's
     tasks (EnvPool's `envpool.mujoco.dmc`, in the mujoco family beside gym's MuJoCo); for gymnax's,
     'minatar' for MinAtar's games and EnvPool's family of the same task for classic control; for a
-    Gymnasium id of a task EnvPool has too (`gym:CartPole-v1`), that task's family; else None."""
-    if is_jax_env_id(env_id):
-        family, name = env_family(env_id), env_id.split(":", 1)[1]
-        if family != "gymnax":
-            return None
-        return "minatar" if name.endswith("-MinAtar") else "classic_control" if name in GYMNAX_CLASSIC else None
-    if is_gymnasium_id(env_id):  # `gym:<id>` of a task EnvPool has too: that task's family
+    Gymnasium id of a task EnvPool has too (`gym:CartPole-v1`), that task's family; else None.
+    gymnax's and Gymnasium's classic-control tasks have the dynamics, limits and rewards of EnvPool's
+    ids of the same names, so they take those ids' presets."""
+    if ":" in env_id:  # the JAX-native or the Gymnasium backend's
         prefix, name = env_id.split(":", 1)
-        specs = registered_specs(name) if prefix == "gym" else {}
-        return specs[name][0].split(".")[1] if name in specs else None
+        if prefix == "gymnax":
+            return "minatar" if name.endswith("-MinAtar") else envpool_family_of(name)
+        return envpool_family_of(name) if prefix == "gym" else None
     return "dm_control" if registered_specs(env_id)[env_id][0] == "envpool.mujoco.dmc" else None
+
+
+def envpool_family_of(name: str) -> str | None:
+    """The family of EnvPool's id `name`, or None where EnvPool has no such id."""
+    specs = registered_specs(name)
+    return specs[name][0].split(".")[1] if name in specs else None
 
 
 def unknown_env_message(env_id: str) -> str:

@@ -43,7 +43,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_fast.env import spaces
 from jaxrl_fast.env.ids import EnvError, env_family
+from jaxrl_fast.env.spaces import action_fields
 from jaxrl_fast.types import EnvSpec, Step
 
 
@@ -130,11 +132,9 @@ def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
             raise unknown_option(env_id, key, fields, "parameter")
     params = params.replace(**options)
     action = env.action_space(params)
-    discrete = hasattr(action, "n")
-    if not discrete and not hasattr(action, "low"):
+    if not hasattr(action, "n") and not hasattr(action, "low"):
         raise JaxEnvError(f"--env: {env_id} acts in {type(action).__name__}; this backend takes a Discrete or a Box")
-    shape = () if discrete else tuple(action.shape)
-    bound = lambda x: tuple(float(v) for v in np.broadcast_to(np.asarray(x, np.float64), shape).reshape(-1))  # noqa: E731
+    fields = action_fields(action)
 
     def step(key, state, action):
         obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
@@ -142,9 +142,8 @@ def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
 
     return FunctionalEnv(
         reset=lambda key: env.reset_env(key, params), step=step,
-        obs_size=int(np.prod(env.observation_space(params).shape)), num_actions=int(action.n) if discrete else 0,
-        action_low=() if discrete else bound(action.low), action_high=() if discrete else bound(action.high),
-        max_steps=int(params.max_steps_in_episode))
+        obs_size=int(np.prod(env.observation_space(params).shape)), num_actions=fields["num_actions"],
+        action_low=fields["action_low"], action_high=fields["action_high"], max_steps=int(params.max_steps_in_episode))
 
 
 BRAX_BACKENDS = ("positional", "generalized", "mjx", "spring")
@@ -246,9 +245,8 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None,
 
 
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
-    """Env i's seed: `seed + i`, or `seed[i]` for a sequence (one per env), as EnvPool's."""
-    seeds = [int(s) for s in seed] if isinstance(seed, (Sequence, np.ndarray)) else [seed + i for i in range(num_envs)]
-    return np.asarray(seeds, np.uint32)
+    """Env i's seed (`spaces.env_seeds`) as the uint32 a key is made from."""
+    return np.asarray(spaces.env_seeds(seed, num_envs), np.uint32)
 
 
 def start_keys(seeds: np.ndarray, round: int = 0) -> jax.Array:

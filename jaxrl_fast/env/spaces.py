@@ -1,5 +1,6 @@
-"""What every backend shares about spaces: uniform random actions of a spec (off-policy warm-up, and
-EnvPool measured alone), and dict observations flattened into one float32 vector in key order."""
+"""What every backend shares about spaces and seeds: the action fields of a spec, each env's seed,
+uniform random actions of a spec (off-policy warm-up, and EnvPool measured alone), and dict
+observations flattened into one float32 vector in key order."""
 
 from __future__ import annotations
 
@@ -10,6 +11,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.types import EnvSpec
+
+
+def action_fields(space: Any) -> dict[str, Any]:
+    """An action space's `EnvSpec` fields: a Discrete's count, or a Box's shape and bounds as float
+    tuples (a scalar bound broadcast over the shape, as gymnax's Box may give one). Gymnasium's,
+    EnvPool's and gymnax's spaces all answer to `n`, or to `shape`, `low` and `high`."""
+    if hasattr(space, "n"):
+        return dict(discrete=True, num_actions=int(space.n), action_shape=(), action_low=(), action_high=())
+    shape = tuple(space.shape)
+    bound = lambda x: tuple(float(v) for v in np.broadcast_to(np.asarray(x, np.float64), shape).reshape(-1))  # noqa: E731
+    return dict(discrete=False, num_actions=0, action_shape=shape, action_low=bound(space.low), action_high=bound(space.high))
+
+
+def env_seeds(seed: int | Sequence[int], num_envs: int) -> list[int]:
+    """Env i's seed: `seed + i`, or `seed[i]` when `seed` is a sequence (one per env). EnvPool's
+    rule, which the Gymnasium and JAX-native backends follow, so one seed starts the same envs on each."""
+    if isinstance(seed, (Sequence, np.ndarray)):
+        return [int(s) for s in seed]
+    return [int(seed) + i for i in range(num_envs)]
 
 
 def random_actions(spec: EnvSpec, key: jax.Array, n: int) -> jax.Array:
