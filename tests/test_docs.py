@@ -72,6 +72,17 @@ def test_the_license_pyproject_names_is_in_the_repository() -> None:
     assert "Copyright 2026 the jaxrl_fast authors" in text
 
 
+def test_every_package_of_the_source_tree_is_in_the_distribution() -> None:
+    """A package missing from pyproject's list works in an editable install and is absent from a
+    wheel (`pip install .` once left out the five algorithms' packages: no algorithm to train)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "jaxrl_fast").rglob("__init__.py")}
+    on_disk |= {name for name, folder in setuptools["package-dir"].items() if (ROOT / folder).is_dir()}
+    assert on_disk == set(setuptools["packages"]), on_disk.symmetric_difference(setuptools["packages"])
+
+
 def fenced_blocks(markdown: str, section: str) -> dict[str, list[str]]:
     """The fenced code blocks of one `## section`, by language."""
     body = markdown.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
