@@ -32,6 +32,12 @@ import dataclasses  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked slow first (each file's order kept): with two workers, the last test running
+    while the other worker waits is then a short one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def ppo_2048_run(tmp_path_factory):
     """One PPO CartPole-v1 run of 2,048 steps (a log line every 512, its one checkpoint at the end, a
