@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.env.spaces import action_fields, env_seeds, flatten_observations, observation_keys_of
+from jaxrl_fast.env.spaces import action_fields, flatten_observations, observation_keys_of, seeds_of_envs
 from jaxrl_fast.types import ConfigError, EnvSpec, Step
 
 FAMILY = "gymnasium"
@@ -106,7 +106,7 @@ class GymPool:
         self.single_observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.single_action_space = action
         self.num_envs = num_envs
-        self.seeds = env_seeds(seed, num_envs)
+        self.seeds = seeds_of_envs(seed, num_envs)
         self.limit = int(self.vector.envs[0].spec.max_episode_steps or limit) if self.vector.envs[0].spec else limit
         self.config = {"num_envs": num_envs, "num_threads": 1, "max_episode_steps": self.limit}  # EnvPool's keys; one host thread
         self.elapsed = np.zeros(num_envs, np.int32)

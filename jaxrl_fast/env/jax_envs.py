@@ -43,9 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_fast.env import spaces
 from jaxrl_fast.env.ids import EnvError, env_family
-from jaxrl_fast.env.spaces import action_fields
+from jaxrl_fast.env.spaces import action_fields, seeds_of_envs
 from jaxrl_fast.types import EnvSpec, Step
 
 
@@ -245,8 +244,8 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None,
 
 
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
-    """Env i's seed (`spaces.env_seeds`) as the uint32 a key is made from."""
-    return np.asarray(spaces.env_seeds(seed, num_envs), np.uint32)
+    """Env i's seed (`spaces.seeds_of_envs`) as the uint32 a key is made from."""
+    return np.asarray(seeds_of_envs(seed, num_envs), np.uint32)
 
 
 def start_keys(seeds: np.ndarray, round: int = 0) -> jax.Array:

@@ -24,7 +24,7 @@ def action_fields(space: Any) -> dict[str, Any]:
     return dict(discrete=False, num_actions=0, action_shape=shape, action_low=bound(space.low), action_high=bound(space.high))
 
 
-def env_seeds(seed: int | Sequence[int], num_envs: int) -> list[int]:
+def seeds_of_envs(seed: int | Sequence[int], num_envs: int) -> list[int]:
     """Env i's seed: `seed + i`, or `seed[i]` when `seed` is a sequence (one per env). EnvPool's
     rule, which the Gymnasium and JAX-native backends follow, so one seed starts the same envs on each."""
     if isinstance(seed, (Sequence, np.ndarray)):
