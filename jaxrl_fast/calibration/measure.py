@@ -566,7 +566,7 @@ def measure_phases(config: TrainConfig, placement: Placement) -> dict[str, list[
     `experiments/bench_schedules.py` sets beside its end-to-end figures."""
     setup = LazySetup(config, placement)
     n, hyper = config.num_envs, algo_config(config)
-    threads = config.num_threads or default_env_threads(n, os.cpu_count() or 1)
+    threads = config.num_threads or default_env_threads(n)
     measures = measuring_functions(setup)
     try:
         if family(config) == "on_policy":

@@ -99,8 +99,9 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
     gym:Pendulum-v1 env steps/s of sync at equal returns, 2-core CPU). EnvPool's C++ envs step in
     microseconds and JAX-native envs inside the program: sync was the fastest schedule, or level
     with it, in every EnvPool measurement on this CPU and on an H100 but Atari's, and it is
-    deterministic. On Atari (32-128 envs, 2-core CPU) concurrent acted and learned 1.15-1.23x the
-    env steps/s; learning at equal env steps is not compared yet, so the reason says so and sync stays."""
+    deterministic. On Atari (2-core CPU) concurrent was 1.15-1.23x sync's env steps/s on Pong but level
+    on Breakout, where it learned as well per env step (PQN, seeds 0-2), and 0.85-0.92x on an H200:
+    sync stays, and the reason names concurrent for on-policy pixels."""
     python_envs = spec.family == "gymnasium"
     if config.algo in OFF_POLICY and python_envs:
         blocked = [flag for flag, on in (("--num-seeds", config.num_seeds > 1), ("--data-parallel", config.data_parallel),
@@ -112,8 +113,8 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
     if python_envs:
         return "sync", "sync: async is off-policy only, and concurrent was not measured faster on Python envs"
     if spec.obs_dtype == "uint8" and config.algo not in OFF_POLICY:
-        return "sync", ("sync: one fused program, and deterministic; on Atari concurrent measured 1.15-1.23x its env "
-                        "steps/s on a 2-core CPU, learning at equal steps not yet compared (--schedule concurrent)")
+        return "sync", ("sync: one fused program; on Atari concurrent measured 1.15-1.23x its env steps/s on Pong and "
+                        "level on Breakout on a 2-core CPU, slower on a GPU (try --schedule concurrent on a CPU)")
     return "sync", ("sync: one fused program, the fastest schedule or level with it in every EnvPool measurement "
                     "(JAX-native envs step inside it), and deterministic")
 
