@@ -98,9 +98,9 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
     off-policy learner gains from the async actors there (1.40x DQN gym:Acrobot-v1 and 1.69x SAC
     gym:Pendulum-v1 env steps/s of sync at equal returns, 2-core CPU). EnvPool's C++ envs step in
     microseconds and JAX-native envs inside the program: sync was the fastest schedule, or level
-    with it, in every EnvPool measurement on this CPU and on an H100 but Atari's, and it is
-    deterministic. On Atari (2-core CPU) concurrent was 1.15-1.23x sync's env steps/s on Pong but level
-    on Breakout, where it learned as well per env step (PQN, seeds 0-2), and 0.85-0.92x on an H200:
+    with it, in every EnvPool measurement on this CPU, an H100 and an H200 but Atari's on this CPU, and
+    it is deterministic. On Atari (2-core CPU) concurrent was 1.15-1.23x sync's env steps/s on Pong but
+    level on Breakout, where it learned as well per env step (PQN, seeds 0-2), and 0.92-0.93x on Pong on an H200:
     sync stays, and the reason names concurrent for on-policy pixels."""
     python_envs = spec.family == "gymnasium"
     if config.algo in OFF_POLICY and python_envs:
