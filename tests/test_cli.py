@@ -41,7 +41,7 @@ def test_cli_trains_and_writes_the_run_directory(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert {"final_eval_return_mean", "steps", "wall_s", "sps", "update_frames_per_s"} <= set(summary)
     assert summary["steps"] == 5888  # whole iterations: 23 x 8 envs x 32 steps
-    assert summary["loop"] == "split"  # a short EnvPool run: the update comes from the cache next time
+    assert summary["loop"] == "fused"  # EnvPool's steps go through the forwarder: the cache keeps the whole loop
     assert list(run_dir.glob("events.out.tfevents.*"))
 
 

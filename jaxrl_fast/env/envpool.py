@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import ffi
 
+from jaxrl_fast.env import ffi_forward
 from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family, is_gymnasium_id, is_jax_env_id
 from jaxrl_fast.env.spaces import action_fields, flatten_observations, observation_keys_of
 from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
@@ -63,7 +64,7 @@ class XlaEnv(NamedTuple):
     step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
     has_gpu_step: bool  # EnvPool was built with a GPU target for its XLA calls
     options: dict[str, Any]  # the EnvPool options it was made with (e.g. Atari's episodic_life)
-    cacheable_step: bool = False  # the FFI call's attribute is the pool's address in this process
+    cacheable_step: bool = False  # the program names no address (`ffi_forward`): the persistent cache keeps it
 
     def reset(self) -> np.ndarray:
         obs, _ = self.pool.reset()
@@ -192,14 +193,22 @@ def _probe(env_id: str, options: tuple[tuple[str, Any], ...]) -> tuple[EnvSpec, 
         pool.close()
 
 
-def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) -> Callable:
-    """One of EnvPool's native XLA entry points as an `ffi_call` in wire format."""
+def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) -> tuple[Callable, bool]:
+    """One of EnvPool's native XLA entry points as an `ffi_call` in wire format, and whether its
+    programs can be cached: through `ffi_forward`, the program names a slot of this process, not
+    the pool's address."""
     in_specs, out_specs = specs
     cpu_capsule, gpu_capsule = capsules
-    target = f"jaxrl_fast_{type(pool).__name__}_{id(pool)}_{name}"
-    ffi.register_ffi_target(target, cpu_capsule, platform="cpu", api_version=1)
-    if gpu_capsule is not None:
-        ffi.register_ffi_target(target, gpu_capsule, platform="gpu", api_version=1)
+    address = int.from_bytes(handle, byteorder=sys.byteorder, signed=False)
+    forwarder = ffi_forward.forwarder()
+    slot = forwarder.slot(cpu_capsule, gpu_capsule, address) if forwarder is not None else None
+    if slot is not None:
+        target, attrs = ffi_forward.TARGET, {"slot": np.int64(slot)}
+    else:
+        target, attrs = f"jaxrl_fast_{type(pool).__name__}_{id(pool)}_{name}", {"handle": address}
+        ffi.register_ffi_target(target, cpu_capsule, platform="cpu", api_version=1)
+        if gpu_capsule is not None:
+            ffi.register_ffi_target(target, gpu_capsule, platform="gpu", api_version=1)
     ins = tuple(wire_struct(d, s) for d, s in in_specs)
     outs = tuple(wire_struct(d, s) for d, s in out_specs)
     call = ffi.ffi_call(
@@ -210,15 +219,14 @@ def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) ->
         output_layouts=tuple(tuple(range(len(x.shape))) for x in outs),
         input_output_aliases={0: 0},
     )
-    handle_value = int.from_bytes(handle, byteorder=sys.byteorder, signed=False)
 
     def checked(*args: jax.Array) -> Any:
         for arg, want in zip(args, ins):  # runs at trace time: a wrong buffer never reaches C++
             if tuple(arg.shape) != tuple(want.shape) or arg.dtype != want.dtype:
                 raise EnvError(f"EnvPool {name}: got {arg.dtype}{list(arg.shape)}, expected {want.dtype}{list(want.shape)}")
-        return call(*args, handle=handle_value)
+        return call(*args, **attrs)
 
-    return checked
+    return checked, slot is not None
 
 
 def end_flags(done: Any, trunc: Any, elapsed: Any, max_steps: int) -> tuple[Any, Any]:
@@ -266,8 +274,8 @@ def make_xla_env(
     native = {name: entry for name, entry in pool._xla()}
     recv_handle, recv_specs, recv_caps = native["recv"]
     send_handle, send_specs, send_caps = native["send"]
-    recv = _xla_call(pool, "recv", recv_handle, recv_specs, recv_caps)
-    send = _xla_call(pool, "send", send_handle, send_specs, send_caps)
+    recv, cacheable_recv = _xla_call(pool, "recv", recv_handle, recv_specs, recv_caps)
+    send, cacheable_send = _xla_call(pool, "send", send_handle, send_specs, send_caps)
     state_keys = list(pool._state_keys)
     state_dtypes = {k: d for k, (d, _) in zip(state_keys, recv_specs[1][1:])}
     action_keys = list(pool._spec._action_keys)
@@ -311,4 +319,5 @@ def make_xla_env(
         step=step,
         has_gpu_step=recv_caps[1] is not None and send_caps[1] is not None,
         options=dict(options),
+        cacheable_step=cacheable_recv and cacheable_send,
     )

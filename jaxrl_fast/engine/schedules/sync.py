@@ -174,10 +174,11 @@ def split_call(collect_batch: Callable, learn_batch: Callable, state: LoopState,
     `collect_batch` and `learn_batch`, or their compiled forms), dispatched from the host; returns
     the state, the iterations' mean metrics and their episodes, on the host.
 
-    Why: a program that holds EnvPool's XLA step carries the pool's address as an attribute, so its
-    persistent-cache key changes with every process and each run compiled the whole loop again.
-    Here only the rollout program holds the step; the update, the larger compile, is cached. The
-    iterations are the fused loop's, op for op."""
+    Why: the persistent cache cannot keep a program that steps envs through a host callback
+    (Gymnasium's) or EnvPool's handlers called directly (the pool's address is an attribute of the
+    call; `env.ffi_forward` removes it where it can be built), so each run would compile the whole
+    loop again. Here only the rollout program holds the step; the update, the larger compile, is
+    cached. The iterations are the fused loop's, op for op."""
     env_carry, key, learner = state.env, state.key, Learner(state.algo, state.iteration)
     metrics, finished = [], []
     for _ in range(num_iterations):
@@ -213,9 +214,10 @@ SPLIT_MAX_ITERATIONS = 2_000
 
 class OnPolicySync(ScheduleBase):
     """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device, or,
-    for runs of at most `SPLIT_MAX_ITERATIONS` over envs stepped through a host handle (EnvPool's,
-    Gymnasium's), the same iterations as a rollout program and an update program (`split_call`),
-    so that a warm start finds the update in JAX's persistent cache."""
+    for runs of at most `SPLIT_MAX_ITERATIONS` over envs whose step the cache cannot keep
+    (`cacheable_step` false: Gymnasium's, EnvPool's without `env.ffi_forward`), the same iterations
+    as a rollout program and an update program (`split_call`), so that a warm start finds the
+    update in JAX's persistent cache."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx

@@ -1,0 +1,126 @@
+"""EnvPool's XLA handlers behind one target, so that the persistent compilation cache keeps the
+programs that step EnvPool.
+
+EnvPool's FFI handlers find their pool through the custom call's `handle` attribute, the pool's
+address in this process. XLA compiles attributes into the program, so every program that stepped
+EnvPool was a new program in every process, and JAX's persistent cache never served one: each run
+compiled its whole training loop again.
+
+Here each pool gets a slot, a number counted from 0 in this process, and programs call the target
+`jaxrl_fast_envpool` with the attribute `slot`. The target is a small C function
+(`ffi_forward.c`) that calls EnvPool's handler for the slot with the same call frame, its
+attributes replaced by `handle = <the pool's address>`; it adds no Python and no copy of the
+data to a step. The same configuration in a new process builds its pools in the same order, traces
+the same program, and loads it from the cache. Were the order to differ, each process still calls
+its own pools: a program names a slot, and a process compiles or loads only programs it traced
+over its own slots, so a different order costs a compilation, never a wrong pool.
+
+The C function is compiled once per jaxlib version with the system's C compiler (`$CC`, else
+`cc`), against the header jaxlib ships (`jax.ffi.include_dir()`), into
+`${XDG_CACHE_HOME:-~/.cache}/jaxrl_fast/ffi/`. Without a compiler, or with
+`JAXRL_FAST_FFI_FORWARD=0`, EnvPool's handlers are called directly, as before (`forwarder()` is
+None), and such programs are compiled every run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jaxlib
+from jax import ffi
+
+__all__ = ["FORWARD_VARIABLE", "TARGET", "Forwarder", "forwarder"]
+
+FORWARD_VARIABLE = "JAXRL_FAST_FFI_FORWARD"  # "0": call EnvPool's handlers directly
+TARGET = "jaxrl_fast_envpool"
+SOURCE = Path(__file__).with_suffix(".c")
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+
+
+def _pointer(capsule: Any) -> int | None:
+    return None if capsule is None else _capsule_pointer(capsule, _capsule_name(capsule))
+
+
+class Forwarder:
+    """The compiled forwarder of this process: `slot(cpu_capsule, gpu_capsule, address)` gives a
+    pool's handlers a slot (and registers the target the first time a platform is seen)."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.library = library
+        library.jaxrl_fast_forward_set.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        library.jaxrl_fast_forward_set.restype = ctypes.c_int
+        self.max_slots = library.jaxrl_fast_forward_max_slots()
+        self.next_slot, self.registered, self.lock = 0, set(), threading.Lock()
+
+    def slot(self, cpu_capsule: Any, gpu_capsule: Any, address: int) -> int | None:
+        """A new slot for one pool's entry point (None when every slot is taken)."""
+        with self.lock:
+            if self.next_slot >= self.max_slots:
+                return None
+            slot, self.next_slot = self.next_slot, self.next_slot + 1
+            if self.library.jaxrl_fast_forward_set(slot, _pointer(cpu_capsule), _pointer(gpu_capsule), address) != 0:
+                return None
+            for platform, capsule in (("cpu", cpu_capsule), ("gpu", gpu_capsule)):
+                if capsule is not None and platform not in self.registered:
+                    function = getattr(self.library, f"jaxrl_fast_forward_{platform}")
+                    ffi.register_ffi_target(TARGET, ffi.pycapsule(function), platform=platform, api_version=1)
+                    self.registered.add(platform)
+            return slot
+
+
+class _Build(NamedTuple):
+    library: Path
+    command: list[str]
+
+
+def _build_paths() -> _Build:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxrl_fast" / "ffi"
+    source = SOURCE.read_bytes()
+    header = Path(ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    digest = hashlib.sha256(source + header.read_bytes()).hexdigest()[:16]
+    library = base / f"forward-jaxlib-{jaxlib.__version__}-{digest}.so"
+    compiler = os.environ.get("CC") or "cc"
+    return _Build(library, [compiler, "-O2", "-std=c11", "-shared", "-fPIC", f"-I{ffi.include_dir()}", str(SOURCE), "-o"])
+
+
+def _compile(build: _Build) -> None:
+    """Into a temporary file beside the library, then renamed: runs building at once never read half a file."""
+    build.library.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=build.library.parent, suffix=".so", delete=False) as out:
+        partial = Path(out.name)
+    try:
+        subprocess.run([*build.command, str(partial)], check=True, capture_output=True, text=True, timeout=120)
+        os.replace(partial, build.library)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+@functools.lru_cache(maxsize=None)
+def forwarder() -> Forwarder | None:
+    """This process's forwarder, compiled on first use; None where it is turned off or cannot be built."""
+    if os.environ.get(FORWARD_VARIABLE, "1") == "0":
+        return None
+    try:
+        build = _build_paths()
+        if not build.library.exists():
+            _compile(build)
+        return Forwarder(ctypes.CDLL(str(build.library)))
+    except (OSError, subprocess.SubprocessError) as error:
+        detail = getattr(error, "stderr", None) or error
+        warnings.warn(f"jaxrl_fast: EnvPool's steps are called directly and compiled every run; the forwarder that "
+                      f"lets the compilation cache keep them could not be built ({str(detail).strip()[:300]})",
+                      stacklevel=2)
+        return None
