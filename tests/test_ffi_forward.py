@@ -103,3 +103,14 @@ def test_the_forwarder_source_ships_with_the_package():
     setuptools = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert ffi_forward.SOURCE.is_file() and ffi_forward.SOURCE.parent.name == "env"
     assert "*.c" in setuptools["package-data"]["jaxrl_fast.env"]
+
+
+def test_threads_that_ask_at_once_share_one_forwarder():
+    """Two forwarders would hand out the same slots of the C library's one table."""
+    code = ("import concurrent.futures, json\nfrom jaxrl_fast.env import ffi_forward\n"
+            "with concurrent.futures.ThreadPoolExecutor(8) as pool:\n"
+            "    got = list(pool.map(lambda _: id(ffi_forward.forwarder()), range(8)))\n"
+            "print(json.dumps({'distinct': len(set(got)), 'none': ffi_forward.forwarder() is None}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"distinct": 1, "none": False}

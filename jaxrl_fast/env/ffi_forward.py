@@ -108,9 +108,18 @@ def _compile(build: _Build) -> None:
         partial.unlink(missing_ok=True)
 
 
-@functools.lru_cache(maxsize=None)
+_building = threading.Lock()
+
+
 def forwarder() -> Forwarder | None:
-    """This process's forwarder, compiled on first use; None where it is turned off or cannot be built."""
+    """This process's forwarder, compiled on first use; None where it is turned off or cannot be built.
+    One per process, whichever thread asks first: the C library's slots are one table."""
+    with _building:
+        return _the_forwarder()
+
+
+@functools.lru_cache(maxsize=None)
+def _the_forwarder() -> Forwarder | None:
     if os.environ.get(FORWARD_VARIABLE, "1") == "0":
         return None
     try:
