@@ -51,7 +51,7 @@ def build(config: TrainConfig, iterations: int, forward: bool):
     `iterations` iterations that waits for them."""
     with mock.patch.object(ffi_forward, "forwarder", ffi_forward.forwarder if forward else lambda: None):
         env = make_xla_env(config.env, config.num_envs, config.num_threads or 2, seed=config.seed)
-    assert env.cacheable_step == forward
+    assert (env.program_key is not None) == forward
     algo, key = make_algorithm(config, env.spec), jax.random.key(config.seed)
     if family(config) == "on_policy":
         loop = make_sync_loop(algo, env, env_options(config), iterations, eval_every_iterations=0, on_eval=None)

@@ -79,9 +79,11 @@ class BatchedEnv(Protocol):
     pool: Any
     handle: Any
     has_gpu_step: bool  # the step can run on a GPU (EnvPool built with CUDA, or an XLA step)
-    # A program that steps these envs can be kept by JAX's persistent cache: false where the step
-    # names this process's objects (EnvPool's pool address, a Python callback)
-    cacheable_step: bool
+    # What a program that steps these envs names of this process (EnvPool's forwarder slots): equal
+    # keys, interchangeable programs. None where the step names an object no other process has
+    # (EnvPool's pool address, a Python callback): JAX's persistent cache cannot keep such a
+    # program, nor can `engine.exported` store it.
+    program_key: str | None
     options: dict[str, Any]  # the backend options it was made with (`--env-kwargs`)
 
     def step(self, handle: Any, action: jax.Array) -> tuple[Any, Step]: ...

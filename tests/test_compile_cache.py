@@ -14,16 +14,18 @@ from jaxrl_fast.config.run import TrainConfig, run_dict
 from jaxrl_fast.engine import compile_cache
 
 # Trains through the CLI's main() and prints JAX's compilation-cache event counts as JSON, with the
-# programs XLA compiled (those the cache did not serve), from JAX's compile spans.
+# programs XLA compiled (those the cache did not serve) and those JAX lowered, from its compile spans.
 DRIVER = """
 import collections, json, sys, threading
 from jax import monitoring
-events, compiled, local = collections.Counter(), [], threading.local()
+events, compiled, lowered, local = collections.Counter(), [], [], threading.local()
 def on_event(name, **kw):
     events.update([name])
     if name == "/jax/compilation_cache/cache_hits":
         local.hit = True
 def on_span(name, begin, end, **kw):
+    if name == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+        lowered.append(str(kw.get("fun_name")))
     if name == "/jax/core/compile/backend_compile_duration":
         if not getattr(local, "hit", False):
             compiled.append(str(kw.get("fun_name")))
@@ -33,7 +35,7 @@ monitoring.register_event_time_span_listener(on_span)
 from jaxrl_fast.cli.train import main
 status = main(sys.argv[1:])
 print(json.dumps({"status": status, "hits": events["/jax/compilation_cache/cache_hits"],
-                  "writes": events["/jax/compilation_cache/cache_misses"], "compiled": compiled}))
+                  "writes": events["/jax/compilation_cache/cache_misses"], "compiled": compiled, "lowered": lowered}))
 """
 SHORT_RUN = ("--algo", "ppo", "--env", "CartPole-v1", "--total-steps", "1024", "--log-interval", "512",
              "--eval-interval", "0", "--eval-episodes", "2", "--progress", "off")
@@ -95,10 +97,15 @@ def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_p
     assert "jit(run)" in first["compiled"]  # the training loop, EnvPool's steps inside it
     written = entries(cache)
     assert written and all(p.parent.name.startswith("jax-") for p in cache.rglob("*-cache"))  # one directory per JAX version
+    loop = "offpolicy" if extra else "sync"
+    assert sorted(p.name.split("-")[1] for p in cache.glob(f"programs-jax-*/{loop}-*.executable")) == ["init", "run"] + (
+        ["warmup"] if extra else [])  # the fused loop's programs, stored (`engine.program_store`)
     second, _ = train(tmp_path / "b", cache, *extra)
     # Every program, the loop that steps EnvPool too: its calls name a slot of the process's
-    # forwarder (`env.ffi_forward`), not the pool's address.
+    # forwarder (`env.ffi_forward`), not the pool's address. The loop's programs are loaded
+    # whole, neither traced nor lowered.
     assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
+    assert "jit(run)" in first["lowered"] and "jit(run)" not in second["lowered"], second["lowered"]
     summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
     assert summaries[1]["final_eval_return_mean"] is not None
     assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]  # the same program, the same run

@@ -39,7 +39,7 @@ def test_forwarded_steps_are_the_direct_steps_and_only_their_programs_name_no_ad
     results, texts = [], []
     for forwarded in (True, False):
         env = build(env_id, forwarded)
-        assert env.cacheable_step == forwarded
+        assert (env.program_key is not None) == forwarded
         env.reset()
         n = env.spec.num_envs
         actions = (jnp.arange(600 * n).reshape(600, n) % 2 if env.spec.discrete else
@@ -65,7 +65,7 @@ with warnings.catch_warnings(record=True) as caught:
     env = make_xla_env("CartPole-v1", 2, 1, 0)
     env.reset()
     handle, step = jax.jit(env.step)(jnp.asarray(env.handle), jnp.zeros(2, jnp.int32))
-print(json.dumps({"cacheable": env.cacheable_step, "obs": step.obs.shape[0],
+print(json.dumps({"cacheable": env.program_key is not None, "obs": step.obs.shape[0],
                   "warnings": [str(w.message) for w in caught if "jaxrl_fast" in str(w.message)]}))
 """
 

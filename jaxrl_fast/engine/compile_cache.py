@@ -53,6 +53,7 @@ def writable_dir(path: Path) -> str | None:
 
 
 _warned = False
+_enabled = False
 
 
 def enable() -> Path | None:
@@ -71,8 +72,21 @@ def enable() -> Path | None:
                         "directory, or pass --no-compile-cache", path, problem, CACHE_DIR_ENV)
             _warned = True
         return None
+    global _enabled
+    _enabled = True
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # every size, no override
     return path
 
+
+
+def program_dir() -> Path | None:
+    """Where `engine.program_store` keeps the fused loops' compiled programs: beside the directory
+    JAX's cache uses (`programs-jax-<version>/`), once `enable` has set it; None before."""
+    import jax
+
+    configured = jax.config.jax_compilation_cache_dir
+    if not _enabled or not configured:
+        return None
+    return Path(configured).with_name(f"programs-{Path(configured).name}")

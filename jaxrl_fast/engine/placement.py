@@ -89,9 +89,10 @@ def describe(device: jax.Device) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def describe_devices() -> list[str]:
-    """Every device the run sees (of all its processes), for the run's metadata."""
-    return [describe(d) for d in jax.devices()]
+def describe_devices(kinds: bool = False) -> list[str]:
+    """Every device the run sees (of all its processes), for the run's metadata; with `kinds`, each
+    one's model too (`cpu:0:cpu`, `gpu:0:NVIDIA H100 80GB HBM3`)."""
+    return [f"{describe(d)}:{d.device_kind}" if kinds else describe(d) for d in jax.devices()]
 
 
 def transfer(tree: Any, where: Any, **options: Any) -> Any:

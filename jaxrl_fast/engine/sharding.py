@@ -41,8 +41,9 @@ class ShardedEnv(NamedTuple):
     options: dict[str, Any]
 
     @property
-    def cacheable_step(self) -> bool:
-        return all(pool.cacheable_step for pool in self.pools)
+    def program_key(self) -> str | None:
+        keys = [pool.program_key for pool in self.pools]
+        return None if None in keys else "+".join(keys)
 
     def step(self, handle: jax.Array, action: jax.Array) -> tuple[jax.Array, Step]:
         """This shard's pool steps (inside `shard_map`)."""

@@ -64,7 +64,7 @@ class XlaEnv(NamedTuple):
     step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
     has_gpu_step: bool  # EnvPool was built with a GPU target for its XLA calls
     options: dict[str, Any]  # the EnvPool options it was made with (e.g. Atari's episodic_life)
-    cacheable_step: bool = False  # the program names no address (`ffi_forward`): the persistent cache keeps it
+    program_key: str | None = None  # the forwarder's slots (`ffi_forward`); None: the program names the pool's address
 
     def reset(self) -> np.ndarray:
         obs, _ = self.pool.reset()
@@ -193,10 +193,9 @@ def _probe(env_id: str, options: tuple[tuple[str, Any], ...]) -> tuple[EnvSpec, 
         pool.close()
 
 
-def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) -> tuple[Callable, bool]:
-    """One of EnvPool's native XLA entry points as an `ffi_call` in wire format, and whether its
-    programs can be cached: through `ffi_forward`, the program names a slot of this process, not
-    the pool's address."""
+def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) -> tuple[Callable, int | None]:
+    """One of EnvPool's native XLA entry points as an `ffi_call` in wire format, and the slot of
+    `ffi_forward` that its programs name (None: they name the pool's address and cannot be cached)."""
     in_specs, out_specs = specs
     cpu_capsule, gpu_capsule = capsules
     address = int.from_bytes(handle, byteorder=sys.byteorder, signed=False)
@@ -226,7 +225,7 @@ def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) ->
                 raise EnvError(f"EnvPool {name}: got {arg.dtype}{list(arg.shape)}, expected {want.dtype}{list(want.shape)}")
         return call(*args, **attrs)
 
-    return checked, slot is not None
+    return checked, slot
 
 
 def end_flags(done: Any, trunc: Any, elapsed: Any, max_steps: int) -> tuple[Any, Any]:
@@ -274,8 +273,8 @@ def make_xla_env(
     native = {name: entry for name, entry in pool._xla()}
     recv_handle, recv_specs, recv_caps = native["recv"]
     send_handle, send_specs, send_caps = native["send"]
-    recv, cacheable_recv = _xla_call(pool, "recv", recv_handle, recv_specs, recv_caps)
-    send, cacheable_send = _xla_call(pool, "send", send_handle, send_specs, send_caps)
+    recv, recv_slot = _xla_call(pool, "recv", recv_handle, recv_specs, recv_caps)
+    send, send_slot = _xla_call(pool, "send", send_handle, send_specs, send_caps)
     state_keys = list(pool._state_keys)
     state_dtypes = {k: d for k, (d, _) in zip(state_keys, recv_specs[1][1:])}
     action_keys = list(pool._spec._action_keys)
@@ -319,5 +318,5 @@ def make_xla_env(
         step=step,
         has_gpu_step=recv_caps[1] is not None and send_caps[1] is not None,
         options=dict(options),
-        cacheable_step=cacheable_recv and cacheable_send,
+        program_key=None if recv_slot is None or send_slot is None else f"envpool-slots-{recv_slot}-{send_slot}",
     )

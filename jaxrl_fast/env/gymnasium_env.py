@@ -156,7 +156,7 @@ class GymXlaEnv:
     step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
     has_gpu_step: bool = False
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    cacheable_step: bool = False  # JAX never caches a program with a host callback
+    program_key: str | None = None  # a host callback: neither JAX's cache nor an export keeps the program
 
     def reset(self) -> np.ndarray:
         return self.pool.reset()[0]

@@ -337,7 +337,7 @@ class JaxXlaEnv:
     first_obs: np.ndarray
     has_gpu_step: bool = True  # the step is XLA's: it runs on any device
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    cacheable_step: bool = True
+    program_key: str | None = "jax-native"  # pure JAX: its programs name nothing of this process
 
     def reset(self) -> np.ndarray:
         return self.first_obs

@@ -38,6 +38,7 @@ from jaxrl_fast.engine.offpolicy_steps import (
     make_pieces,
 )
 from jaxrl_fast.engine.placement import Placement, transfer
+from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.replay import add_many
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
@@ -60,9 +61,11 @@ __all__ = ["OffPolicyConcurrent", "OffPolicyFused", "OffPolicyHostDriven", "fuse
 
 
 def fused_loop(algo, env, options, plan, placement, iterations_per_call, requests: EvalRequests,
-               num_agents: int = 1, batched_updates: bool = False, axis_name: str | None = None) -> OffPolicyLoop:
+               num_agents: int = 1, batched_updates: bool = False, axis_name: str | None = None,
+               programs: ProgramStore = ProgramStore(None, None)) -> OffPolicyLoop:
     """The fused program; with `axis_name`, one data-parallel shard's (as `sync.make_sync_loop`'s):
-    its own envs and replay buffer, keys folded with the shard's index, gradients averaged."""
+    its own envs and replay buffer, keys folded with the shard's index, gradients averaged.
+    `programs` compiles the warm-up and the loop at their first calls (through stored exports)."""
     pieces = make_pieces(algo, env, options, plan, num_agents=num_agents, batched_updates=batched_updates)
     steps_per_iteration = plan.rollout_length * env.spec.num_envs // num_agents  # each agent's
 
@@ -96,11 +99,11 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
         state, metrics, stats = scan_iterations(iteration, state, n, iterations_per_call)
         return (state, *across_shards(axis_name, metrics, stats))
 
-    run_program = jax.jit(run, donate_argnums=0)
-    init_program = jax.jit(pieces.init)
+    run_program = programs.lazy("offpolicy-run", jax.jit(run, donate_argnums=0))
+    init_program = programs.lazy("offpolicy-init", jax.jit(pieces.init))
     return OffPolicyLoop(
-        init=pieces.init if axis_name else lambda key, handle, obs: jax.device_put(init_program(key, handle, obs), placement.acting),
-        warmup=jax.jit(warmup, donate_argnums=0),
+        init=pieces.init if axis_name else lambda *args: init_program(*jax.device_put(args, placement.acting)),
+        warmup=programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0)),
         run=lambda state, n: run_program(state, jnp.int32(n)),
         acting_params=acting_params,
         steps_per_iteration=steps_per_iteration,
@@ -282,7 +285,8 @@ class OffPolicyFused(OffPolicySchedule):
         config = ctx.config
         self.requests = requests
         return fused_loop(ctx.algo, ctx.env, ctx.options, self.off_policy_plan, ctx.placement, ctx.plan.iterations_per_call,
-                          EvalRequests(None, 0), config.num_seeds, config.batch_seed_updates)
+                          EvalRequests(None, 0), config.num_seeds, config.batch_seed_updates,
+                          programs=ProgramStore.for_run(config, ctx.env, ctx.plan, ctx.placement))
 
     def start(self, restored: Any | None) -> float:
         compile_s = super().start(restored)

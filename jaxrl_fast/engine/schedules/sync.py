@@ -30,6 +30,7 @@ from jaxrl_fast.engine.acting import (
     make_collect,
     observe,
 )
+from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
     Context,
@@ -215,7 +216,7 @@ SPLIT_MAX_ITERATIONS = 2_000
 class OnPolicySync(ScheduleBase):
     """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device, or,
     for runs of at most `SPLIT_MAX_ITERATIONS` over envs whose step the cache cannot keep
-    (`cacheable_step` false: Gymnasium's, EnvPool's without `env.ffi_forward`), the same iterations
+    (`program_key` None: Gymnasium's, EnvPool's without `env.ffi_forward`), the same iterations
     as a rollout program and an update program (`split_call`), so that a warm start finds the
     update in JAX's persistent cache."""
 
@@ -224,7 +225,7 @@ class OnPolicySync(ScheduleBase):
         self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
         self.loop = make_sync_loop(ctx.algo, ctx.env, ctx.options, ctx.plan.iterations_per_call, 0, None,
                                    ctx.config.num_seeds, ctx.config.batch_seed_updates)
-        self.split = not ctx.env.cacheable_step and ctx.plan.total_iterations <= SPLIT_MAX_ITERATIONS
+        self.split = ctx.env.program_key is None and ctx.plan.total_iterations <= SPLIT_MAX_ITERATIONS
 
     def start(self, restored: Any | None) -> float:
         env, acting = self.ctx.env, self.ctx.placement.acting
@@ -238,11 +239,13 @@ class OnPolicySync(ScheduleBase):
                 lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type), tree)
             shapes = placed(jax.eval_shape(self.loop.init, *args))
             with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop") as compiler:
+                store = ProgramStore.for_run(self.ctx.config, env, self.ctx.plan, self.ctx.placement)
                 if self.split:
                     programs = self._compile_split(compiler, shapes, placed)
                 else:
-                    compiled = compiler.submit(lambda: self.loop.run.lower(shapes, jnp.int32(0)).compile())
-                self.state = jax.jit(self.loop.init)(*args)
+                    compiled = compiler.submit(store.compile, "sync-run", self.loop.run, (shapes, np.int32(0)))
+                args = jax.device_put(args, acting)
+                self.state = store.compile("sync-init", jax.jit(self.loop.init), args)(*args)
                 if restored is not None:
                     self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
                 if self.split:

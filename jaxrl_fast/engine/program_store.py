@@ -1,0 +1,181 @@
+"""Warm starts that neither trace nor lower: the fused loops' compiled programs, kept on disk.
+
+JAX's persistent cache (`compile_cache`) skips XLA's compilation, but finds its entry by the
+lowered program, so every run still traces and lowers the loop first: 1.2-2.3 s of a warm start on
+a 2-core CPU, most of what is left of it. Here the fused loop's compiled executable is serialized
+(`jax.experimental.serialize_executable`) the first time a configuration runs, and a later run of
+the same configuration loads it, without tracing, lowering or consulting JAX's cache.
+
+A stored program is found by a key over everything that could change it: the resolved run (the
+config but its run directory, seed and progress bar; the env's spec and `program_key`; the plan;
+the placement), the shapes, dtypes, placement and tree of its arguments, jaxrl_fast's own source
+files, the versions of Python and of the libraries that trace into it, JAX's settings, XLA's flags
+and the devices. A program whose step names this process's objects (`program_key` None: EnvPool's
+pool address, a Gymnasium callback) is never stored, nor is anything of a run with several
+processes. Entries are written whole (a temporary file, then a rename), so concurrent runs may
+share the directory; an entry that cannot be loaded is compiled again, never run. Like JAX's own
+cache, an entry holds native code: the directory must be the user's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import pickle
+import platform
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+
+from jaxrl_fast.engine.placement import describe_devices
+
+log = logging.getLogger(__name__)
+
+# Fields of the config that never reach a program: the host alone reads them.
+HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume")
+TRACED_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax")
+SUFFIX = ".executable"
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of jaxrl_fast's source: an edited module never meets a program compiled before it."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".c"):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _settings() -> dict[str, str]:
+    """JAX's settings (but the cache's own) and XLA's flags."""
+    values = {k: repr(v) for k, v in jax.config.values.items()
+              if not k.startswith(("jax_compilation_cache", "jax_persistent_cache"))}
+    return values | {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
+
+
+def run_identity(config: Any, env: Any, plan: Any, placement: Any) -> str | None:
+    """The part of a program's key that a run fixes, or None where its programs cannot be stored."""
+    if env.program_key is None or jax.process_count() > 1:
+        return None
+    run = {k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY_FIELDS}
+    identity = {
+        "run": run, "env": [env.program_key, repr(env.spec)], "plan": repr(plan), "placement": placement.describe(),
+        "source": source_digest(), "python": platform.python_version(),
+        "versions": {name: _version(name) for name in TRACED_LIBRARIES}, "settings": _settings(),
+        "devices": describe_devices(kinds=True),
+    }
+    return json.dumps(identity, sort_keys=True, default=repr)
+
+
+def _devices(leaves: list[Any]) -> list[Any] | None:
+    """The devices the placed arguments are on, in id order (None where none is placed)."""
+    shardings = [s for s in (getattr(leaf, "sharding", None) for leaf in leaves) if s is not None]
+    return sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id) or None
+
+
+# Whether XLA compiled this thread's last program (JAX then writes it to its cache). Only such an
+# executable is stored: one that JAX's persistent cache served serializes without its compiled
+# kernels on XLA's CPU backend (a later run fails with "Function ... not found"), and one that
+# JAX's in-memory caches return again may be such an executable.
+_compiled = threading.local()
+
+
+def _on_event(name: str, **kwargs: Any) -> None:
+    if name == "/jax/compilation_cache/cache_misses":
+        _compiled.fresh = True
+
+
+jax.monitoring.register_event_listener(_on_event)
+
+
+class ProgramStore:
+    """Compiles a run's fused programs (`compile`, `lazy`): loaded from `directory` where an earlier
+    run of the same `identity` stored them, else as `jitted.lower(*args).compile()` and then stored.
+    With `identity` None, it only compiles."""
+
+    def __init__(self, directory: Path | None, identity: str | None):
+        self.directory = directory if identity is not None else None
+        self.identity = identity
+
+    @classmethod
+    def for_run(cls, config: Any, env: Any, plan: Any, placement: Any) -> ProgramStore:
+        """The store of a run's programs: on where the compilation cache is and the programs can be kept."""
+        from jaxrl_fast.engine import compile_cache
+
+        directory = compile_cache.program_dir() if config.compile_cache else None
+        return cls(directory, run_identity(config, env, plan, placement) if directory is not None else None)
+
+    def compile(self, name: str, jitted: Callable, args: tuple) -> Callable:
+        """`jitted` compiled for `args` (arrays or `jax.ShapeDtypeStruct`s with their placement)."""
+        leaves, in_tree = jax.tree.flatten(args)
+        devices = _devices(leaves)
+        if self.directory is None or devices is None:
+            return jitted.lower(*args).compile()
+        shapes = [f"{x.dtype}{list(x.shape)}{'w' if getattr(x, 'weak_type', False) else ''}@{getattr(x, 'sharding', None)}"
+                  for x in leaves]
+        key = hashlib.sha256(json.dumps([self.identity, name, str(in_tree), shapes]).encode()).hexdigest()
+        path = self.directory / f"{name}-{key[:40]}{SUFFIX}"
+        compiled = self._load(path, devices)
+        if compiled is None:
+            _compiled.fresh = False
+            compiled = jitted.lower(*args).compile()
+            if _compiled.fresh:
+                self._save(path, compiled)
+        return compiled
+
+    def lazy(self, name: str, jitted: Callable) -> Callable:
+        """`jitted`, compiled through `compile` at its first call (later calls have the same shapes);
+        called inside another transformation (a data-parallel `shard_map`, a test's `jax.jit`), `jitted` itself."""
+        compiled: list[Callable] = []
+
+        def call(*args: Any) -> Any:
+            if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
+                return jitted(*args)
+            if not compiled:
+                compiled.append(self.compile(name, jitted, args))
+            return compiled[0](*args)
+
+        return call
+
+    def _save(self, path: Path, compiled: Any) -> None:
+        from jax.experimental import serialize_executable
+
+        try:
+            body = pickle.dumps(serialize_executable.serialize(compiled))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+            partial.write_bytes(body)
+            os.replace(partial, path)
+        except Exception as error:  # noqa: BLE001 (unstored, the next run compiles it again: never worse than before)
+            log.debug("program %s not stored: %s", path.name, error)
+
+    def _load(self, path: Path, devices: list[Any]) -> Any | None:
+        from jax.experimental import serialize_executable
+
+        try:
+            payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=devices[0].client,
+                                                             execution_devices=devices)
+        except FileNotFoundError:
+            return None
+        except Exception as error:  # noqa: BLE001 (a damaged or foreign entry is compiled again)
+            log.warning("stored program %s could not be loaded (%s): compiling it", path, error)
+            path.unlink(missing_ok=True)  # once: the next run that compiles the loop stores it again
+            return None

@@ -1,0 +1,115 @@
+"""The store of compiled programs (`engine.program_store`): a later run of the same configuration
+loads the fused loop's executable instead of tracing and compiling it; anything that could change
+the program is another entry; a damaged entry is compiled again; an executable that JAX's cache
+served is never stored. Whole runs through it: tests/test_compile_cache.py."""
+
+import dataclasses
+import logging
+import uuid
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.engine.program_store import SUFFIX, ProgramStore, run_identity
+
+
+def fresh_program():
+    """A jitted program no earlier test compiled (its constant is new), so XLA compiles it here
+    rather than JAX's session cache serving it; it donates its first argument, as the loops do."""
+    constant = float(uuid.uuid4().int % 1000) / 7.0
+
+    def step(state, n):
+        return {"x": state["x"] * 2.0 + constant + n}, state["x"].sum()
+
+    return jax.jit(step, donate_argnums=0), constant
+
+
+def args():
+    return {"x": jnp.arange(6.0).reshape(2, 3)}, jnp.float32(1.0)
+
+
+class NeverLowered:
+    """Stands for a jitted program that must not be traced: the store has to load it."""
+
+    def lower(self, *args):
+        raise AssertionError("traced and lowered although the program was stored")
+
+
+def entries(directory):
+    return sorted(directory.glob(f"*{SUFFIX}"))
+
+
+def test_a_stored_program_is_loaded_by_a_later_run_without_tracing_and_computes_the_same(tmp_path):
+    program, constant = fresh_program()
+    first = ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    assert len(entries(tmp_path)) == 1
+    loaded = ProgramStore(tmp_path, "identity").compile("loop", NeverLowered(), args())
+    expected_state, expected_sum = first(*args())
+    state, total = loaded(*args())
+    np.testing.assert_allclose(np.asarray(state["x"]), np.arange(6.0).reshape(2, 3) * 2 + constant + 1, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(state["x"]), np.asarray(expected_state["x"]))
+    assert float(total) == float(expected_sum) == 15.0
+
+
+def test_another_identity_name_or_shape_is_another_entry(tmp_path):
+    program, _ = fresh_program()
+    ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    for store, name, call_args in [(ProgramStore(tmp_path, "other"), "loop", args()),
+                                   (ProgramStore(tmp_path, "identity"), "init", args()),
+                                   (ProgramStore(tmp_path, "identity"), "loop", ({"x": jnp.ones((3, 3))}, jnp.float32(1)))]:
+        with pytest.raises(AssertionError, match="traced and lowered"):
+            store.compile(name, NeverLowered(), call_args)
+
+
+def test_a_damaged_entry_warns_and_is_compiled_again(tmp_path, caplog):
+    program, constant = fresh_program()
+    ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    (entry,) = entries(tmp_path)
+    entry.write_bytes(b"not an executable")
+    with caplog.at_level(logging.WARNING, logger="jaxrl_fast.engine.program_store"):
+        again = ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    assert "could not be loaded" in caplog.text and not entry.exists()  # warned once, not at every run
+    state, _ = again(*args())
+    assert float(state["x"][0, 0]) == pytest.approx(constant + 1)
+
+
+def test_nothing_is_stored_without_an_identity_nor_what_jax_cache_served(tmp_path):
+    ProgramStore(tmp_path / "none", None).compile("loop", fresh_program()[0], args())
+    assert not (tmp_path / "none").exists()
+    program, _ = fresh_program()
+    # The same program in other stores: XLA compiled it for "a"; for "b", JAX's in-memory cache
+    # returns it, and for "c" its persistent cache (on in the tests) serves it, an executable that
+    # would be stored without its code.
+    ProgramStore(tmp_path / "a", "identity").compile("loop", program, args())
+    assert len(entries(tmp_path / "a")) == 1
+    ProgramStore(tmp_path / "b", "identity").compile("loop", program, args())
+    jax.clear_caches()
+    ProgramStore(tmp_path / "c", "identity").compile("loop", program, args())
+    assert not entries(tmp_path / "b") and not entries(tmp_path / "c")
+
+
+@dataclasses.dataclass
+class Env:
+    program_key: str | None
+    spec: str = "spec"
+
+
+class Placement:
+    def describe(self):
+        return {"mode": "single"}
+
+
+def test_the_run_identity_ignores_only_what_never_reaches_a_program():
+    config = TrainConfig(algo="ppo", env="CartPole-v1")
+    identity = run_identity(config, Env("envpool-slots-0-1"), "plan", Placement())
+    assert identity == run_identity(dataclasses.replace(config, seed=7, run_dir="elsewhere", progress="off"),
+                                    Env("envpool-slots-0-1"), "plan", Placement())
+    changed = [dataclasses.replace(config, num_envs=config.num_envs * 2),
+               dataclasses.replace(config, ppo=dataclasses.replace(config.ppo, learning_rate=0.5))]
+    assert all(run_identity(c, Env("envpool-slots-0-1"), "plan", Placement()) != identity for c in changed)
+    assert run_identity(config, Env("envpool-slots-1-2"), "plan", Placement()) != identity  # other pools' slots
+    assert run_identity(config, Env("envpool-slots-0-1"), "other plan", Placement()) != identity
+    assert run_identity(config, Env(None), "plan", Placement()) is None  # a step naming this process's objects
