@@ -82,7 +82,7 @@ class BatchedEnv(Protocol):
     # What a program that steps these envs names of this process (EnvPool's forwarder slots): equal
     # keys, interchangeable programs. None where the step names an object no other process has
     # (EnvPool's pool address, a Python callback): JAX's persistent cache cannot keep such a
-    # program, nor can `engine.exported` store it.
+    # program, nor can `engine.program_store` store it.
     program_key: str | None
     options: dict[str, Any]  # the backend options it was made with (`--env-kwargs`)
 

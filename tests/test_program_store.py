@@ -19,7 +19,7 @@ from jaxrl_fast.engine.program_store import SUFFIX, ProgramStore, run_identity
 def fresh_program():
     """A jitted program no earlier test compiled (its constant is new), so XLA compiles it here
     rather than JAX's session cache serving it; it donates its first argument, as the loops do."""
-    constant = float(uuid.uuid4().int % 1000) / 7.0
+    constant = float(uuid.uuid4().int % 2**40) / 2**20
 
     def step(state, n):
         return {"x": state["x"] * 2.0 + constant + n}, state["x"].sum()
@@ -28,7 +28,8 @@ def fresh_program():
 
 
 def args():
-    return {"x": jnp.arange(6.0).reshape(2, 3)}, jnp.float32(1.0)
+    """A loop's arguments: the state committed to its device (the store keeps only placed programs)."""
+    return jax.device_put({"x": jnp.arange(6.0).reshape(2, 3)}, jax.devices()[0]), jnp.float32(1.0)
 
 
 class NeverLowered:
@@ -57,9 +58,11 @@ def test_a_stored_program_is_loaded_by_a_later_run_without_tracing_and_computes_
 def test_another_identity_name_or_shape_is_another_entry(tmp_path):
     program, _ = fresh_program()
     ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    assert len(entries(tmp_path)) == 1
     for store, name, call_args in [(ProgramStore(tmp_path, "other"), "loop", args()),
                                    (ProgramStore(tmp_path, "identity"), "init", args()),
-                                   (ProgramStore(tmp_path, "identity"), "loop", ({"x": jnp.ones((3, 3))}, jnp.float32(1)))]:
+                                   (ProgramStore(tmp_path, "identity"), "loop", (jax.device_put({"x": jnp.ones((3, 3))}, jax.devices()[0]),
+                                                                   jnp.float32(1)))]:
         with pytest.raises(AssertionError, match="traced and lowered"):
             store.compile(name, NeverLowered(), call_args)
 
@@ -79,6 +82,9 @@ def test_a_damaged_entry_warns_and_is_compiled_again(tmp_path, caplog):
 def test_nothing_is_stored_without_an_identity_nor_what_jax_cache_served(tmp_path):
     ProgramStore(tmp_path / "none", None).compile("loop", fresh_program()[0], args())
     assert not (tmp_path / "none").exists()
+    uncommitted = ({"x": jnp.ones((2, 3))}, jnp.float32(1.0))  # nothing says where the program runs
+    ProgramStore(tmp_path / "unplaced", "identity").compile("loop", fresh_program()[0], uncommitted)
+    assert not (tmp_path / "unplaced").exists()
     program, _ = fresh_program()
     # The same program in other stores: XLA compiled it for "a"; for "b", JAX's in-memory cache
     # returns it, and for "c" its persistent cache (on in the tests) serves it, an executable that
@@ -108,8 +114,23 @@ def test_the_run_identity_ignores_only_what_never_reaches_a_program():
     assert identity == run_identity(dataclasses.replace(config, seed=7, run_dir="elsewhere", progress="off"),
                                     Env("envpool-slots-0-1"), "plan", Placement())
     changed = [dataclasses.replace(config, num_envs=config.num_envs * 2),
+               dataclasses.replace(config, num_seeds=2), dataclasses.replace(config, env_kwargs=("gravity=9.0",)),
                dataclasses.replace(config, ppo=dataclasses.replace(config.ppo, learning_rate=0.5))]
     assert all(run_identity(c, Env("envpool-slots-0-1"), "plan", Placement()) != identity for c in changed)
     assert run_identity(config, Env("envpool-slots-1-2"), "plan", Placement()) != identity  # other pools' slots
     assert run_identity(config, Env("envpool-slots-0-1"), "other plan", Placement()) != identity
     assert run_identity(config, Env(None), "plan", Placement()) is None  # a step naming this process's objects
+
+
+def test_a_program_placed_on_another_device_is_stored_and_loaded_there(tmp_path):
+    """The off-policy loop's call: the state committed to the acting device, the count an
+    uncommitted scalar (which goes where the state is)."""
+    device = jax.devices()[-1]
+    program, constant = fresh_program()
+    state = lambda: jax.device_put({"x": jnp.arange(6.0).reshape(2, 3)}, device)  # noqa: E731
+    ProgramStore(tmp_path, "identity").compile("loop", program, (state(), jnp.float32(1.0)))
+    assert len(entries(tmp_path)) == 1
+    loaded = ProgramStore(tmp_path, "identity").compile("loop", NeverLowered(), (state(), jnp.float32(1.0)))
+    out, _ = loaded(state(), jnp.float32(1.0))
+    assert out["x"].devices() == {device}
+    assert float(out["x"][0, 1]) == pytest.approx(2.0 + constant + 1)

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 # Fields of the config that never reach a program: the host alone reads them.
 HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume")
-TRACED_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax")
+TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "ml_dtypes", "flax", "optax", "chex",
+                    "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"
 
 
@@ -70,6 +71,18 @@ def _settings() -> dict[str, str]:
     return values | {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
 
 
+@functools.cache
+def cpu_features() -> str:
+    """The CPU's model and flags (XLA:CPU compiles for them): a cache shared by two machines keeps
+    each one's programs apart."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = [line for line in lines if line.startswith(("model name", "flags", "Features"))]
+    return hashlib.sha256("\n".join(sorted(set(wanted))).encode()).hexdigest()
+
+
 def run_identity(config: Any, env: Any, plan: Any, placement: Any) -> str | None:
     """The part of a program's key that a run fixes, or None where its programs cannot be stored."""
     if env.program_key is None or jax.process_count() > 1:
@@ -79,15 +92,17 @@ def run_identity(config: Any, env: Any, plan: Any, placement: Any) -> str | None
         "run": run, "env": [env.program_key, repr(env.spec)], "plan": repr(plan), "placement": placement.describe(),
         "source": source_digest(), "python": platform.python_version(),
         "versions": {name: _version(name) for name in TRACED_LIBRARIES}, "settings": _settings(),
-        "devices": describe_devices(kinds=True),
+        "devices": describe_devices(kinds=True), "cpu": cpu_features(),
     }
     return json.dumps(identity, sort_keys=True, default=repr)
 
 
 def _devices(leaves: list[Any]) -> list[Any] | None:
-    """The devices the placed arguments are on, in id order (None where none is placed)."""
-    shardings = [s for s in (getattr(leaf, "sharding", None) for leaf in leaves) if s is not None]
-    return sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id) or None
+    """The devices the placed arguments are on, in id order (None where none is placed, or where
+    they are of two platforms). An uncommitted array (`jnp.int32(n)`) goes where the others are."""
+    shardings = [getattr(leaf, "sharding", None) for leaf in leaves if getattr(leaf, "committed", True)]
+    devices = sorted({d for s in shardings if s is not None for d in s.device_set}, key=lambda d: d.id)
+    return devices if devices and len({d.platform for d in devices}) == 1 else None
 
 
 # Whether XLA compiled this thread's last program (JAX then writes it to its cache). Only such an
@@ -128,14 +143,15 @@ class ProgramStore:
         devices = _devices(leaves)
         if self.directory is None or devices is None:
             return jitted.lower(*args).compile()
-        shapes = [f"{x.dtype}{list(x.shape)}{'w' if getattr(x, 'weak_type', False) else ''}@{getattr(x, 'sharding', None)}"
-                  for x in leaves]
+        shapes = [f"{x.dtype}{list(x.shape)}{'w' if getattr(x, 'weak_type', False) else ''}"
+                  f"@{getattr(x, 'sharding', None) if getattr(x, 'committed', True) else 'any'}" for x in leaves]
         key = hashlib.sha256(json.dumps([self.identity, name, str(in_tree), shapes]).encode()).hexdigest()
         path = self.directory / f"{name}-{key[:40]}{SUFFIX}"
         compiled = self._load(path, devices)
         if compiled is None:
+            lowered = jitted.lower(*args)  # tracing may compile small programs of its own: not this one
             _compiled.fresh = False
-            compiled = jitted.lower(*args).compile()
+            compiled = lowered.compile()
             if _compiled.fresh:
                 self._save(path, compiled)
         return compiled
@@ -157,14 +173,16 @@ class ProgramStore:
     def _save(self, path: Path, compiled: Any) -> None:
         from jax.experimental import serialize_executable
 
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
         try:
             body = pickle.dumps(serialize_executable.serialize(compiled))
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
             partial.write_bytes(body)
             os.replace(partial, path)
         except Exception as error:  # noqa: BLE001 (unstored, the next run compiles it again: never worse than before)
             log.debug("program %s not stored: %s", path.name, error)
+        finally:
+            partial.unlink(missing_ok=True)
 
     def _load(self, path: Path, devices: list[Any]) -> Any | None:
         from jax.experimental import serialize_executable

@@ -65,7 +65,7 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
                programs: ProgramStore = ProgramStore(None, None)) -> OffPolicyLoop:
     """The fused program; with `axis_name`, one data-parallel shard's (as `sync.make_sync_loop`'s):
     its own envs and replay buffer, keys folded with the shard's index, gradients averaged.
-    `programs` compiles the warm-up and the loop at their first calls (through stored exports)."""
+    `programs` compiles `init`, the warm-up and the loop at their first calls (loading them where stored)."""
     pieces = make_pieces(algo, env, options, plan, num_agents=num_agents, batched_updates=batched_updates)
     steps_per_iteration = plan.rollout_length * env.spec.num_envs // num_agents  # each agent's
 
