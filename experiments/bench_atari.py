@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import platform
 import statistics
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 from bench_ppo import envpool_alone, timed
+from record import machine, print_table, write_record
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.config.plan import env_threads
@@ -91,18 +88,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_atari.json")
     args = parser.parse_args()
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {jax.devices()[0].device_kind}"
     rows = [throughput(args.env, algo, args.num_envs, args.steps, args.rounds) for algo in args.algos]
-    print(f"machine: {machine}")
-    print("| env | algo | num_envs | threads | EnvPool alone (steps/s) | training (steps/s) | training / alone |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['env']} | {r['algo']} | {r['num_envs']} | {r['num_threads']} | {r['envpool_alone_sps']:,.0f} | "
-              f"{r['training_sps']:,.0f} | {r['efficiency']:.2f} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python experiments/bench_atari.py", *sys.argv[1:]])
-    args.out.write_text(json.dumps({"machine": machine, "command": command, "rows": rows},
-                                   indent=2))
+    print(f"machine: {machine()}")
+    print_table(["env", "algo", "num_envs", "threads", "EnvPool alone (steps/s)", "training (steps/s)", "training / alone"],
+                ([r["env"], r["algo"], r["num_envs"], r["num_threads"], f"{r['envpool_alone_sps']:,.0f}",
+                  f"{r['training_sps']:,.0f}", f"{r['efficiency']:.2f}"] for r in rows))
+    write_record(args.out, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import platform
 import statistics
 import time
 from datetime import date
@@ -27,6 +24,7 @@ from unittest import mock
 
 import jax
 import jax.numpy as jnp
+from record import machine, print_table, write_record
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.config.plan import run_off_policy_plan
@@ -91,17 +89,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_ffi_forward.json")
     args = parser.parse_args()
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {jax.devices()[0].device_kind}"
     rows = [case(algo, env_id, max(1, round(n * args.iterations)), args.rounds) for algo, env_id, n in CASES]
-    print(f"machine: {machine}, jax {jax.__version__}, {date.today()}")
-    print("| algo | env | env steps per round | direct (steps/s) | forwarded (steps/s) | forwarded / direct |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['algo']} | {r['env']} | {r['env_steps_per_round']:,} | {r['direct_sps']:,.0f} | "
-              f"{r['forwarded_sps']:,.0f} | {r['forwarded_vs_direct']:.2f} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "jax": jax.__version__, "date": str(date.today()),
-                                    "command": "python experiments/bench_ffi_forward.py", "rows": rows}, indent=2))
+    print(f"machine: {machine()}, jax {jax.__version__}, {date.today()}")
+    print_table(["algo", "env", "env steps per round", "direct (steps/s)", "forwarded (steps/s)", "forwarded / direct"],
+                ([r["algo"], r["env"], f"{r['env_steps_per_round']:,}", f"{r['direct_sps']:,.0f}",
+                  f"{r['forwarded_sps']:,.0f}", f"{r['forwarded_vs_direct']:.2f}"] for r in rows))
+    write_record(args.out, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -42,6 +41,7 @@ from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from record import machine, print_table, print_time_to_target, write_record  # noqa: E402
 
 from jaxrl_fast.algos import make_algorithm  # noqa: E402
 from jaxrl_fast.config.plan import off_policy_plan  # noqa: E402
@@ -163,22 +163,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_offpolicy.json")
     args = parser.parse_args()
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, devices {[str(d) for d in jax.devices()]}"
-    print(f"machine: {machine}")
+    print(f"machine: {machine()}, devices {[str(d) for d in jax.devices()]}")
     if args.buffer_sizes:
         table = buffer_size_rates(args.buffer_sizes, args.repeats, args.calls)
-        print("| buffer size | env steps/s (median) | rounds |")
-        print("|---|---|---|")
-        for row in table:
-            print(f"| {row['buffer_size']:,} | {row['median_sps']:,.0f} | {', '.join(f'{r:,.0f}' for r in row['sps'])} |")
+        print_table(["buffer size", "env steps/s (median)", "rounds"],
+                    ([f"{row['buffer_size']:,}", f"{row['median_sps']:,.0f}", ", ".join(f"{r:,.0f}" for r in row["sps"])]
+                     for row in table))
         out = args.out if args.out != RESULTS / "bench_offpolicy.json" else RESULTS / "bench_offpolicy_buffer_size.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"machine": machine, "command": " ".join(sys.argv), "buffer_size": table}, indent=2))
+        write_record(out, {"devices": [str(d) for d in jax.devices()], "buffer_size": table})
         return
     rows = []
-    print("| batch | update alone (frames/s) | single: frames/s | single: env steps/s | split fresh: frames/s | "
-          "split lagged: frames/s | split fresh: env steps/s |")
-    print("|---|---|---|---|---|---|---|")
+    print_table(["batch", "update alone (frames/s)", "single: frames/s", "single: env steps/s", "split fresh: frames/s",
+                 "split lagged: frames/s", "split fresh: env steps/s"], [])
     for batch in args.batches:
         updates = max(4, args.frames // batch)
         row = {"batch": batch, "update_alone": update_alone(batch, updates)}
@@ -192,14 +188,8 @@ def main() -> None:
     targets = []
     if not args.skip_time_to_target:
         targets = [time_to_target(seed) for seed in range(args.seeds)]
-        print("| seed | time to -200 (s, from process start) | env steps | compile (s) |")
-        print("|---|---|---|---|")
-        for t in targets:
-            print(f"| {t['seed']} | {t['time_to_target_s']:.1f} | {t['target_step']:,} | {t['compile_s']:.1f} |")
-        times = sorted(t["time_to_target_s"] for t in targets)
-        print(f"median time to -200: {times[len(times) // 2]:.1f} s")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "update_frame_rate": rows, "time_to_target": targets}, indent=2))
+        print_time_to_target(targets, -200.0)
+    write_record(args.out, {"devices": [str(d) for d in jax.devices()], "update_frame_rate": rows, "time_to_target": targets})
 
 
 if __name__ == "__main__":

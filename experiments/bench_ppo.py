@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from record import machine, print_table, print_time_to_target, write_record
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.config.presets import resolve_defaults
@@ -151,29 +150,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_ppo.json")
     args = parser.parse_args()
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {jax.devices()[0].device_kind}"
     rows = [
         throughput("CartPole-v1", 8, 2, args.steps, args.rounds),
         throughput("CartPole-v1", 64, 2, args.steps * 2, args.rounds),
         throughput("HalfCheetah-v4", 8, 2, args.steps // 4, args.rounds),
     ]
-    print(f"machine: {machine}")
-    print("| env | num_envs | threads | EnvPool alone (steps/s) | PPO rollout (steps/s) | rollout / alone | PPO training (steps/s) | SPS efficiency |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['env']} | {r['num_envs']} | {r['num_threads']} | {r['envpool_alone_sps']:,.0f} | "
-              f"{r['ppo_rollout_sps']:,.0f} | {r['rollout_vs_envpool']:.2f} | {r['ppo_training_sps']:,.0f} | {r['sps_efficiency']:.2f} |")
+    print(f"machine: {machine()}")
+    print_table(["env", "num_envs", "threads", "EnvPool alone (steps/s)", "PPO rollout (steps/s)", "rollout / alone",
+                 "PPO training (steps/s)", "SPS efficiency"],
+                ([r["env"], r["num_envs"], r["num_threads"], f"{r['envpool_alone_sps']:,.0f}", f"{r['ppo_rollout_sps']:,.0f}",
+                  f"{r['rollout_vs_envpool']:.2f}", f"{r['ppo_training_sps']:,.0f}", f"{r['sps_efficiency']:.2f}"]
+                 for r in rows))
     targets = []
     if not args.skip_time_to_target:
         targets = [time_to_target(seed, 475.0) for seed in range(args.seeds)]
-        print("| seed | time to 475 (s, from process start) | env steps | compile (s) |")
-        print("|---|---|---|---|")
-        for t in targets:
-            print(f"| {t['seed']} | {t['time_to_target_s']:.1f} | {t['target_step']:,} | {t['compile_s']:.1f} |")
-        times = sorted(t["time_to_target_s"] for t in targets)
-        print(f"median time to 475: {times[len(times) // 2]:.1f} s")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "throughput": rows, "time_to_target": targets}, indent=2))
+        print_time_to_target(targets, 475.0)
+    write_record(args.out, {"throughput": rows, "time_to_target": targets})
 
 
 if __name__ == "__main__":

@@ -13,9 +13,6 @@ each, so load from other processes falls on both; the table gives the medians an
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from datetime import date
@@ -23,6 +20,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from record import machine, print_table, write_record
 
 from jaxrl_fast.algos import make_algorithm
 from jaxrl_fast.config.presets import resolve_defaults
@@ -76,17 +74,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_split.json")
     args = parser.parse_args()
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {jax.devices()[0].device_kind}"
     rows = [case(algo, env_id, args.iterations, args.rounds) for algo, env_id in CASES]
-    print(f"machine: {machine}, jax {jax.__version__}, {date.today()}")
-    print("| algo | env | envs x steps | fused (steps/s) | split (steps/s) | split / fused |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['algo']} | {r['env']} | {r['steps_per_iteration']:,} | {r['fused_sps']:,.0f} | {r['split_sps']:,.0f} | "
-              f"{r['split_vs_fused']:.2f} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "jax": jax.__version__, "date": str(date.today()),
-                                    "command": "python experiments/bench_split.py", "rows": rows}, indent=2))
+    print(f"machine: {machine()}, jax {jax.__version__}, {date.today()}")
+    print_table(["algo", "env", "envs x steps", "fused (steps/s)", "split (steps/s)", "split / fused"],
+                ([r["algo"], r["env"], f"{r['steps_per_iteration']:,}", f"{r['fused_sps']:,.0f}", f"{r['split_sps']:,.0f}",
+                  f"{r['split_vs_fused']:.2f}"] for r in rows))
+    write_record(args.out, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -105,12 +105,18 @@ def test_the_forwarder_source_ships_with_the_package():
     assert "*.c" in setuptools["package-data"]["jaxrl_fast.env"]
 
 
-def test_threads_that_ask_at_once_share_one_forwarder():
-    """Two forwarders would hand out the same slots of the C library's one table."""
-    code = ("import concurrent.futures, json\nfrom jaxrl_fast.env import ffi_forward\n"
+def test_threads_that_ask_at_once_share_one_forwarder(tmp_path):
+    """Two forwarders would hand out the same slots of the C library's one table. In an empty cache
+    directory the first call compiles the C file (a window of a good part of a second), and a barrier
+    releases every thread into it at once: without the lock each would build its own."""
+    code = ("import concurrent.futures, json, threading\nfrom jaxrl_fast.env import ffi_forward\n"
+            "barrier = threading.Barrier(8)\n"
+            "def ask(_):\n    barrier.wait(timeout=60)\n    return id(ffi_forward.forwarder())\n"
             "with concurrent.futures.ThreadPoolExecutor(8) as pool:\n"
-            "    got = list(pool.map(lambda _: id(ffi_forward.forwarder()), range(8)))\n"
+            "    got = list(pool.map(ask, range(8)))\n"
             "print(json.dumps({'distinct': len(set(got)), 'none': ffi_forward.forwarder() is None}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"distinct": 1, "none": False}
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"distinct": 1, "none": False}, proc.stderr
+    assert len(list((tmp_path / "cache").rglob("*.so"))) == 1  # one library, no temporary file left

@@ -57,7 +57,8 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def _version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
+    """An installed distribution's version, None where it is not installed."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -91,7 +92,7 @@ def run_identity(config: Any, env: Any, plan: Any, placement: Any) -> str | None
     identity = {
         "run": run, "env": [env.program_key, repr(env.spec)], "plan": repr(plan), "placement": placement.describe(),
         "source": source_digest(), "python": platform.python_version(),
-        "versions": {name: _version(name) for name in TRACED_LIBRARIES}, "settings": _settings(),
+        "versions": {name: package_version(name) for name in TRACED_LIBRARIES}, "settings": _settings(),
         "devices": describe_devices(kinds=True), "cpu": cpu_features(),
     }
     return json.dumps(identity, sort_keys=True, default=repr)

@@ -83,7 +83,11 @@ class Forwarder:
 
 class _Build(NamedTuple):
     library: Path
-    command: list[str]
+    compiler: str
+
+    def command(self, output: Path) -> list[str]:
+        return [self.compiler, "-O2", "-std=c11", "-shared", "-fPIC", f"-I{ffi.include_dir()}", str(SOURCE),
+                "-o", str(output)]
 
 
 def _build_paths() -> _Build:
@@ -92,8 +96,7 @@ def _build_paths() -> _Build:
     header = Path(ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
     digest = hashlib.sha256(source + header.read_bytes()).hexdigest()[:16]
     library = base / f"forward-jaxlib-{jaxlib.__version__}-{digest}.so"
-    compiler = os.environ.get("CC") or "cc"
-    return _Build(library, [compiler, "-O2", "-std=c11", "-shared", "-fPIC", f"-I{ffi.include_dir()}", str(SOURCE), "-o"])
+    return _Build(library, os.environ.get("CC") or "cc")
 
 
 def _compile(build: _Build) -> None:
@@ -102,7 +105,7 @@ def _compile(build: _Build) -> None:
     with tempfile.NamedTemporaryFile(dir=build.library.parent, suffix=".so", delete=False) as out:
         partial = Path(out.name)
     try:
-        subprocess.run([*build.command, str(partial)], check=True, capture_output=True, text=True, timeout=120)
+        subprocess.run(build.command(partial), check=True, capture_output=True, text=True, timeout=120)
         os.replace(partial, build.library)
     finally:
         partial.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from jaxrl_fast.config.run import EVAL_SEED_OFFSET, TrainConfig, family, run_dic
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.engine.acting import agent_part, deterministic_policy, env_options
+from jaxrl_fast.engine.program_store import package_version
 from jaxrl_fast.engine.schedules import Context, Schedule, make_schedule
 from jaxrl_fast.engine.sharding import AXIS, local_shards, make_sharded_env
 from jaxrl_fast.env.envpool import agent_env_seeds, make_xla_env
@@ -196,7 +197,8 @@ def record_config(run: Run) -> None:
         "plan": plan,
         "env_spec": dataclasses.asdict(run.spec),
         "devices": placements.describe_devices(),
-        "versions": {"jax": jax.__version__, "envpool": _version("envpool"), "flax": _version("flax")},
+        "versions": {"jax": jax.__version__, "envpool": package_version("envpool") or "unknown",
+                     "flax": package_version("flax") or "unknown"},
     }
     if run.resolved.calibration is not None:
         resolved["calibration"] = dataclasses.asdict(run.resolved.calibration)
@@ -275,12 +277,3 @@ def build_schedule(resolved: ResolvedRun, env: Any, algo: Any = None, on_eval: A
     config = resolved.config
     algo = make_algorithm(config, resolved.spec) if algo is None else algo
     return make_schedule(Context(config, env, algo, env_options(config), resolved.placement, resolved.plan, on_eval))
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "unknown"

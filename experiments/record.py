@@ -1,0 +1,57 @@
+"""What the benchmark scripts print and keep beside their figures: the machine, the date and the
+command (every figure in the docs names all three), a table in markdown, and the raw rows as JSON
+under `experiments/results/`.
+
+JAX is imported only when asked for: a script may set `XLA_FLAGS` before its first JAX import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> str:
+    """The CPU's architecture and cores, and the kind of JAX's first device."""
+    import jax
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, {jax.devices()[0].device_kind}"
+
+
+def command() -> str:
+    """The command line that ran this script, as the docs quote it."""
+    return " ".join(["python", *sys.argv])
+
+
+def print_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A markdown table: `header` and each row's cells, already formatted."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |", flush=True)
+
+
+def print_time_to_target(targets: list[dict], threshold: float) -> None:
+    """The per-seed rows of `time_to_target` runs and their median."""
+    print_table(["seed", f"time to {threshold:g} (s, from process start)", "env steps", "compile (s)"],
+                ([t["seed"], f"{t['time_to_target_s']:.1f}", f"{t['target_step']:,}", f"{t['compile_s']:.1f}"]
+                 for t in targets))
+    print(f"median time to {threshold:g}: {statistics.median(t['time_to_target_s'] for t in targets):.1f} s")
+
+
+def write_record(path: Path, record: dict) -> None:
+    """`record` as JSON at `path`, after the machine, JAX's version, the date and the command."""
+    import jax
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {"machine": machine(), "jax": jax.__version__, "date": str(date.today()), "command": command()}
+    path.write_text(json.dumps(header | record, indent=2) + "\n")
