@@ -17,8 +17,6 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
-
 
 def machine() -> str:
     """The CPU's architecture and cores, and the kind of JAX's first device."""
