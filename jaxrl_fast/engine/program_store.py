@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 
 # Fields of the config that never reach a program: the host alone reads them.
 HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume")
-TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "ml_dtypes", "flax", "optax", "chex",
-                    "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
+TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+                    "ml_dtypes", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"
 
 
