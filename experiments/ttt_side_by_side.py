@@ -114,21 +114,21 @@ def train_once(args: list[str], seed: int, run_dir: Path, env: dict, python: str
             "compile_s": summary.get("compile_s")}
 
 
-def run_ours(task: str, seed: int, cache_dir: Path, out: Path, python: str) -> dict:
-    """One seed of jaxrl_fast on `task`, compiling into (or reading) `cache_dir`."""
-    return train_once(TASKS[task]["task"].args, seed, out / f"{task}-{seed}-{cache_dir.name}",
+def run_ours(task: str, seed: int, cache_dir: Path, out: Path, python: str, extra: list[str]) -> dict:
+    """One seed of jaxrl_fast on `task` (its flags, then `extra`), compiling into (or reading) `cache_dir`."""
+    return train_once([*TASKS[task]["task"].args, *extra], seed, out / f"{task}-{seed}-{cache_dir.name}",
                       {"JAXRL_FAST_COMPILE_CACHE_DIR": str(cache_dir)}, python)
 
 
-def ours(task: str, seeds: list[int], cache: str, out: Path, python: str) -> dict:
+def ours(task: str, seeds: list[int], cache: str, out: Path, python: str, extra: list[str]) -> dict:
     """All seeds of one task with a cold (empty per seed) or warm (shared, pre-filled) cache."""
     shared = Path(tempfile.mkdtemp(prefix="cache-warm-", dir=out))
     if cache == "warm":
-        run_ours(task, WARMUP_SEED, shared, out, python)  # fills the cache; not reported
+        run_ours(task, WARMUP_SEED, shared, out, python, extra)  # fills the cache; not reported
     runs = []
     for seed in seeds:
         cache_dir = shared if cache == "warm" else Path(tempfile.mkdtemp(prefix=f"cache-cold-{seed}-", dir=out))
-        runs.append(run_ours(task, seed, cache_dir, out, python))
+        runs.append(run_ours(task, seed, cache_dir, out, python, extra))
         print(f"  jaxrl_fast {cache} seed {seed}: {runs[-1]}", flush=True)
     return summarise(runs)
 
@@ -227,24 +227,27 @@ def main() -> None:
     parser.add_argument("--peers", default="", help="comma-separated peer names to run (default: every one a task has)")
     parser.add_argument("--lane", action="append", default=[], metavar="NAME=PYTHON",
                         help="time jaxrl_fast under this interpreter (repeatable; default: this one)")
+    parser.add_argument("--extra", default="", help="train flags added to every jaxrl_fast run (a variant's figures, e.g. "
+                        "'--dqn.hidden-sizes 128 128'); the peers run as they are")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ttt_side_by_side.json")
     args = parser.parse_args()
     # absolute, not resolved: a venv's python is a symlink whose target is outside the venv
     lanes = {name: os.path.abspath(python) for name, python in (lane.split("=", 1) for lane in args.lane)}
     lanes = lanes or {"jaxrl_fast": sys.executable}
     seeds = [int(s) for s in args.seeds.split(",")]
+    extra = args.extra.split()
     tasks = args.tasks.split(",")
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
 
-    results = {"machine": machine(), "seeds": seeds, "lanes": {name: {"python": python, **stack(python)}
+    results = {"machine": machine(), "seeds": seeds, "extra": extra, "lanes": {name: {"python": python, **stack(python)}
                                                              for name, python in lanes.items()}, "tasks": {}}
     peer_runs: dict[tuple[str, str], dict] = {}  # DQN's and PQN's rows share sbx's DQN: run it once
     with tempfile.TemporaryDirectory(prefix="ttt-") as scratch:
         for task in tasks:
             print(f"{task}:", flush=True)
-            rows = {"jaxrl_fast": {lane: {mode: ours(task, seeds, mode, Path(scratch), python) for mode in ("cold", "warm")}
+            rows = {"jaxrl_fast": {lane: {mode: ours(task, seeds, mode, Path(scratch), python, extra) for mode in ("cold", "warm")}
                                    for lane, python in lanes.items()},
                     "peers": {}}
             for name, (venv, script) in TASKS[task]["peers"].items():
