@@ -31,93 +31,40 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+from offpolicy_loops import CALL, Loop, preset_loop  # noqa: E402
 from record import machine, print_table, print_time_to_target, write_record  # noqa: E402
-
-from jaxrl_fast.algos import make_algorithm  # noqa: E402
-from jaxrl_fast.config.plan import off_policy_plan  # noqa: E402
-from jaxrl_fast.config.presets import resolve_defaults  # noqa: E402
-from jaxrl_fast.engine.acting import EnvOptions  # noqa: E402
-from jaxrl_fast.engine.offpolicy_steps import make_pieces  # noqa: E402
-from jaxrl_fast.engine.placement import resolve_placement  # noqa: E402
-from jaxrl_fast.engine.schedules.base import EvalRequests  # noqa: E402
-from jaxrl_fast.engine.schedules.offpolicy import fused_loop, host_driven_loop  # noqa: E402
-from jaxrl_fast.env.envpool import make_xla_env  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ENV = "HalfCheetah-v4"
-CALL = 64  # iterations per call of the training loop
 
 
-def sac_setup(batch: int, placement_name: str, exchange: str = "fresh"):
-    config = resolve_defaults(ENV, "sac", "mujoco")
-    hyper = dataclasses.replace(config.sac, batch_size=batch, learning_starts=max(2 * batch, 1000), buffer_size=100_000)
-    config = dataclasses.replace(config, sac=hyper, num_envs=1)
-    env = make_xla_env(ENV, 1, 1, seed=0)
-    algo = make_algorithm(config, env.spec)
-    plan = off_policy_plan(hyper, 1)
-    placement = resolve_placement(placement_name, env)
-    options, requests = EnvOptions(False, False, hyper.gamma), EvalRequests(None, 0)
-    loop = (fused_loop(algo, env, options, plan, placement, CALL, requests) if placement.fused else
-            host_driven_loop(algo, env, options, plan, placement, exchange, requests))
-    state = loop.init(jax.random.key(0), env.handle, env.reset())
-    state, _ = loop.warmup(state)
-    return algo, env, plan, loop, state
+def sac_loop(batch: int, placement: str, exchange: str = "fresh") -> Loop:
+    return preset_loop(ENV, "sac", "mujoco", num_envs=1, placement=placement, exchange=exchange, batch_size=batch,
+                       learning_starts=max(2 * batch, 1000), buffer_size=100_000)
 
 
 def update_alone(batch: int, updates: int) -> float:
-    algo, env, plan, loop, state = sac_setup(batch, "single")
-    pieces = make_pieces(algo, env, EnvOptions(False, False, 0.99), plan)
-
-    def many(carry, replay, keys):
-        return pieces.run_updates(*carry, replay, keys, jnp.int32(0))[:2]
-
-    program = jax.jit(many, donate_argnums=0)
-    carry = (state.actor, state.critic)
-    keys = jax.random.split(jax.random.key(1), updates)
-    carry = program(carry, state.replay, keys)  # compile
-    jax.block_until_ready(carry)
-    start = time.perf_counter()
-    carry = program(carry, state.replay, keys)
-    jax.block_until_ready(carry)
-    return batch * updates / (time.perf_counter() - start)
+    """Update frames/s of the SAC update alone."""
+    return batch / sac_loop(batch, "single").seconds_per_update(updates)
 
 
 def training_rate(batch: int, iterations: int, placement_name: str, exchange: str = "fresh") -> tuple[float, float]:
     """(update frames/s, env steps/s) while training: one env step and one update per iteration."""
-    _, _, plan, loop, state = sac_setup(batch, placement_name, exchange)
-    state, _, _ = loop.run(state, CALL)  # compile
-    jax.block_until_ready(state)
-    iterations = max(CALL, iterations // CALL * CALL)
-    start = time.perf_counter()
-    for _ in range(iterations // CALL):
-        state, metrics, _ = loop.run(state, CALL)
-    jax.block_until_ready((state, metrics))
-    elapsed = time.perf_counter() - start
-    return iterations * plan.updates_per_iteration * batch / elapsed, iterations * loop.steps_per_iteration / elapsed
+    loop = sac_loop(batch, placement_name, exchange).warm()
+    sps = loop.steps_per_s(max(1, iterations // CALL))
+    return sps / loop.loop.steps_per_iteration * loop.plan.updates_per_iteration * batch, sps
 
 
-def pendulum_loop(buffer_size: int):
-    """SAC Pendulum-v1 `sync` with its preset, fused on one device, after the warm-up."""
-    config = resolve_defaults("Pendulum-v1", "sac", "classic_control")
-    hyper = dataclasses.replace(config.sac, buffer_size=buffer_size)
-    env = make_xla_env("Pendulum-v1", config.num_envs, 1, seed=0)
-    plan = off_policy_plan(hyper, config.num_envs)
-    loop = fused_loop(make_algorithm(dataclasses.replace(config, sac=hyper), env.spec), env, EnvOptions(False, False, hyper.gamma),
-                      plan, resolve_placement("single", env), CALL, EvalRequests(None, 0))
-    state, _ = loop.warmup(loop.init(jax.random.key(0), env.handle, env.reset()))
-    state, _, _ = loop.run(state, CALL)  # compile
-    jax.block_until_ready(state)
-    return loop, state
+def pendulum_loop(buffer_size: int) -> Loop:
+    """SAC Pendulum-v1 `sync` with its preset, fused on one device, after the warm-up, compiled."""
+    return preset_loop("Pendulum-v1", "sac", "classic_control", buffer_size=buffer_size).warm()
 
 
 def buffer_size_rates(sizes: list[int], repeats: int, calls: int) -> list[dict]:
@@ -126,13 +73,7 @@ def buffer_size_rates(sizes: list[int], repeats: int, calls: int) -> list[dict]:
     rates: dict[int, list[float]] = {size: [] for size in sizes}
     for _ in range(repeats):
         for size in sizes:
-            loop, state = loops[size]
-            start = time.perf_counter()
-            for _ in range(calls):
-                state, metrics, _ = loop.run(state, CALL)
-            jax.block_until_ready((state, metrics))
-            rates[size].append(calls * CALL * loop.steps_per_iteration / (time.perf_counter() - start))
-            loops[size] = (loop, state)
+            rates[size].append(loops[size].steps_per_s(calls))
     return [{"buffer_size": size, "median_sps": sorted(r)[len(r) // 2], "sps": r} for size, r in rates.items()]
 
 
