@@ -7,7 +7,7 @@ a 2-core CPU, most of what is left of it. Here the fused loop's compiled executa
 the same configuration loads it, without tracing, lowering or consulting JAX's cache.
 
 A stored program is found by a key over everything that could change it: the resolved run (the
-config but its run directory, seed and progress bar; the env's spec and `program_key`; the plan;
+config but the fields only the host reads, `HOST_ONLY_FIELDS`; the env's spec and `program_key`; the plan;
 the placement), the shapes, dtypes, placement and tree of its arguments, jaxrl_fast's own source
 files, the versions of Python and of the libraries that trace into it, JAX's settings, XLA's flags
 and the devices. A program whose step names this process's objects (`program_key` None: EnvPool's
@@ -39,8 +39,12 @@ from jaxrl_fast.engine.placement import describe_devices
 
 log = logging.getLogger(__name__)
 
-# Fields of the config that never reach a program: the host alone reads them.
-HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume")
+# Fields of the config that never reach a program: the host alone reads them (the seed reaches the
+# programs as an argument, the key; the stop at the target, the evaluator's pool and policy,
+# checkpoints, videos and calibration's time budget are the host's). The intervals and the
+# profile's window stay: through the plan they set how many iterations one call of the loop scans.
+HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume", "target_return", "eval_episodes", "eval_epsilon",
+                    "video_interval", "checkpoint_interval", "keep_checkpoints", "calibration_budget_s")
 TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
                     "ml_dtypes", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"
