@@ -3,7 +3,7 @@ envs, four updates of batch 64 every eight env steps) and milliseconds per gradi
 (the same updates scanned over the loop's filled buffer, no environment), one width after another
 in one process.
 
-    python experiments/bench_dqn_widths.py                      # 256x256, 128x128 (the preset), 64x64
+    python experiments/bench_dqn_widths.py                      # 256x256, 128x128, 64x64 (the preset)
     python experiments/bench_dqn_widths.py --widths 256 32
 
 DQN's time to 475 is mostly training (docs/results.md): this says how much of it the network's

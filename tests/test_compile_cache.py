@@ -100,7 +100,8 @@ def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_p
     loop = "offpolicy" if extra else "sync"
     assert sorted(p.name.split("-")[1] for p in cache.glob(f"programs-jax-*/{loop}-*.executable")) == ["init", "run"] + (
         ["warmup"] if extra else [])  # the fused loop's programs, stored (`engine.program_store`)
-    # A target it never reaches and a checkpoint midway: the host's alone (`HOST_ONLY_FIELDS`).
+    # A target it never reaches and (PPO's 4 iterations; SAC's 344 end before 512) a checkpoint
+    # midway: the host's alone (`HOST_ONLY_FIELDS`).
     second, _ = train(tmp_path / "b", cache, *extra, "--target-return", "1000000", "--checkpoint-interval", "512")
     # Every program, the loop that steps EnvPool too: its calls name a slot of the process's
     # forwarder (`env.ffi_forward`), not the pool's address. The loop's programs are loaded

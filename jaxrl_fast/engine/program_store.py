@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 
 # Fields of the config that never reach a program: the host alone reads them (the seed reaches the
 # programs as an argument, the key; the stop at the target, the evaluator's pool and policy,
-# checkpoints, videos and calibration's time budget are the host's). The intervals and the
-# profile's window stay: through the plan they set how many iterations one call of the loop scans.
+# checkpoints, videos and calibration's time budget are the host's). The log and evaluation
+# intervals and the profile's window stay: through the plan they set how many iterations one call
+# of the loop scans.
 HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume", "target_return", "eval_episodes", "eval_epsilon",
                     "video_interval", "checkpoint_interval", "keep_checkpoints", "calibration_budget_s")
 TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
