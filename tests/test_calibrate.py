@@ -55,7 +55,8 @@ def test_a_short_run_measures_envpool_once_and_keeps_the_presets_sizes(cache, tm
 def test_ppo_calibration_splits_the_presets_batch_and_keeps_it(cache):
     config = make_config("CartPole-v1", "ppo", schedule="sync", total_steps=LONG)
     result = calibration.calibrate(config, resolved(config).placement, budget_s=12.0)
-    assert result.elapsed_s <= 12.0 * 2  # planned from measured costs; a started rollout's update may overrun it
+    # No wall-clock bound here: how the budget stops measurements is tested with a fake clock
+    # (test_measurements_run_while_the_budget_allows_them and below); a busy machine overran 2x once.
     batch = config.num_envs * config.ppo.num_steps
     # the preset's rollout first, then 16 x 16 if the budget allowed it (on a busy machine it may not)
     assert [(row["num_envs"], row["num_steps"]) for row in result.acting] in ([(8, 32)], [(8, 32), (16, 16)])
@@ -76,7 +77,6 @@ def test_ppo_calibration_splits_the_presets_batch_and_keeps_it(cache):
 def test_off_policy_calibration_keeps_envs_update_batch_and_utd(cache):
     config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8, total_steps=LONG)
     result = calibration.calibrate(config, resolved(config).placement, budget_s=15.0)
-    assert result.elapsed_s <= 15.0 * 2
     applied = result.apply(config)
     validate(applied)
     assert applied.num_envs == 8 and applied.sac == config.sac
