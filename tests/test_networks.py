@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.networks.torso import orthogonal
 
 
@@ -18,6 +19,19 @@ def test_orthogonal_init_is_flax_orthogonal_without_lapack_qr(shape):
     # no QR custom call: jaxlib's CPU QR kernel can deadlock XLA's thread pool (see orthogonal)
     hlo = jax.jit(lambda k: orthogonal(1.4)(k, shape)).lower(key).as_text()
     assert "geqrf" not in hlo and "householder" not in hlo.lower()
+
+
+@pytest.mark.parametrize("shape", [(17, 256), (256, 256), (256, 6)])
+def test_orthogonal_init_compiled_to_run_once_is_the_same_matrix_to_rounding(shape):
+    """Agents initialise under `jit_once` (XLA's optimisation level 0): the same orthonormal matrix
+    as the default level's program, to float32 rounding."""
+    key = jax.random.key(5)
+    init = lambda k: orthogonal(1.4)(k, shape)  # noqa: E731
+    once = np.asarray(jit_once(init)(key))
+    np.testing.assert_allclose(once, np.asarray(jax.jit(init)(key)), atol=1e-5)
+    small = min(shape)
+    gram = once.T @ once if shape[0] >= shape[1] else once @ once.T
+    np.testing.assert_allclose(gram, 1.4**2 * np.eye(small), atol=1e-4)
 
 
 def test_layer_norm_is_an_option_of_every_network_config():

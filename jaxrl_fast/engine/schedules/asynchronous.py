@@ -42,6 +42,7 @@ from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, make_pieces
 from jaxrl_fast.engine.placement import describe, transfer
 from jaxrl_fast.engine.replay import Row, add_many, empty_like
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
 from jaxrl_fast.engine.timing import PhaseClock
 from jaxrl_fast.env.envpool import make_xla_env
@@ -243,7 +244,7 @@ class AsyncSchedule(ScheduleBase):
         warm-up) and start the actor threads."""
         env = self.ctx.env
         with jax.default_device(self.device):
-            state = jax.jit(self.pieces.init)(key, env.handle, env.reset())
+            state = jit_once(self.pieces.init)(key, env.handle, env.reset())
         streams = self.chunk // self.plan.rollout_length * self.num_actors
         rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
         self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)

@@ -23,6 +23,7 @@ import jax
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_collect, observe
 from jaxrl_fast.engine.placement import transfer
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
     Context,
@@ -67,8 +68,8 @@ class OnPolicyConcurrent(ScheduleBase):
         algo, env, options = self.ctx.algo, self.ctx.env, self.ctx.options
         algo_key, loop_key, first_key = jax.random.split(key, 3)
         with jax.default_device(self.acting):
-            algo_state = jax.jit(algo.init)(algo_key)
-            env_carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
+            algo_state = jit_once(algo.init)(algo_key)
+            env_carry = jit_once(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
         env_carry, rollout, _ = self._collect(env_carry, algo_state, first_key)  # R_0 with theta_0
         return ConcurrentState(jax.device_put(algo_state, self.learner), env_carry,
                                jax.device_put(rollout, self.learner), loop_key, 0)

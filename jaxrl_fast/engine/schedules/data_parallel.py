@@ -31,6 +31,7 @@ from jaxrl_fast.config.plan import run_off_policy_plan
 from jaxrl_fast.config.run import family
 from jaxrl_fast.engine.acting import EvalPayload
 from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop
 from jaxrl_fast.engine.schedules.sync import checkpointed, make_sync_loop, with_checkpointed
@@ -125,7 +126,7 @@ class DataParallelSync(ScheduleBase):
             return (stacked(state), *reduced)
 
         return ShardProgram(
-            init=jax.jit(over(init_shard, (same, shard, shard), shard)),
+            init=jit_once(over(init_shard, (same, shard, shard), shard)),
             warmup=jax.jit(over(warmup_shard, (shard,), (shard, same)), donate_argnums=0) if warmup else None,
             run=jax.jit(over(run_shard, (shard, same), (shard, *(same,) * run_outputs)), donate_argnums=0),
         )

@@ -40,6 +40,7 @@ from jaxrl_fast.engine.offpolicy_steps import (
 from jaxrl_fast.engine.placement import Placement, transfer
 from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.replay import add_many
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
     Context,
@@ -100,7 +101,7 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
         return (state, *across_shards(axis_name, metrics, stats))
 
     run_program = programs.lazy("offpolicy-run", jax.jit(run, donate_argnums=0))
-    init_program = programs.lazy("offpolicy-init", jax.jit(pieces.init))
+    init_program = programs.lazy("offpolicy-init", jit_once(pieces.init))
     return OffPolicyLoop(
         init=pieces.init if axis_name else lambda *args: init_program(*jax.device_put(args, placement.acting)),
         warmup=programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0)),
@@ -145,7 +146,7 @@ class HostDrivenLoop:
         return self.algo.acting_params(state.actor, state.critic)
 
     def init(self, key, handle, first_obs) -> OffPolicyState:
-        state = jax.jit(self.pieces.init)(key, handle, first_obs)
+        state = jit_once(self.pieces.init)(key, handle, first_obs)
         return state._replace(
             actor=jax.device_put(state.actor, self.on_actor),
             critic=jax.device_put(state.critic, self.on_critic),

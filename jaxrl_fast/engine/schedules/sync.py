@@ -31,6 +31,7 @@ from jaxrl_fast.engine.acting import (
     observe,
 )
 from jaxrl_fast.engine.program_store import ProgramStore
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
     Context,
@@ -245,7 +246,7 @@ class OnPolicySync(ScheduleBase):
                 else:
                     compiled = compiler.submit(store.compile, "sync-run", self.loop.run, (shapes, np.int32(0)))
                 args = jax.device_put(args, acting)
-                self.state = store.compile("sync-init", jax.jit(self.loop.init), args)(*args)
+                self.state = store.compile("sync-init", jit_once(self.loop.init), args)(*args)
                 if restored is not None:
                     self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
                 if self.split:
