@@ -20,6 +20,7 @@ from jaxrl_fast.config.plan import run_off_policy_plan
 from jaxrl_fast.engine.acting import EnvOptions, agent_keys, agent_part, env_options
 from jaxrl_fast.engine.placement import resolve
 from jaxrl_fast.engine.replay import ReplayState, Row, agent_columns
+from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import EvalRequests
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop
 from jaxrl_fast.engine.schedules.sync import make_sync_loop
@@ -57,7 +58,7 @@ def run_loop(make, hyper, num_agents, seed, options, iterations=2, batched_updat
     algo = make(hyper, dataclasses.replace(env.spec, num_envs=ENVS), 10_000)  # each agent's own envs
     loop = make_sync_loop(algo, env, options, iterations, eval_every_iterations=0, on_eval=None, num_agents=num_agents,
                           batched_updates=batched_updates)
-    state = jax.jit(loop.init)(agent_keys(seed, num_agents), env.handle, env.reset())
+    state = jit_once(loop.init)(agent_keys(seed, num_agents), env.handle, env.reset())  # as the sync schedule does
     state, metrics = loop.run(state, jnp.int32(iterations))
     return jax.block_until_ready((state, metrics))  # before the pool is freed with `env`
 
