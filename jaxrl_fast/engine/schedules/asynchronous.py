@@ -146,7 +146,7 @@ def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, 
     `lax.scan`, on `device` (placement's acting device)."""
     program = jax.jit(pieces_of(env).act_rows, static_argnums=4, donate_argnums=0)
     with jax.default_device(device):
-        carry = jax.jit(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
+        carry = jit_once(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
 
     def act(params, version, random, key, env_step):
         nonlocal carry
