@@ -14,9 +14,17 @@ def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):
     """Each task's flags (env id, algorithm, budget, preset) pass the trainer's own validation."""
     for suite, tasks in SUITES.items():
         check_tasks(tasks, num_seeds=4, budget_scale=1.0, out=tmp_path / suite)
-        source = {"atari": "CleanRL", "dm_control": "TD-MPC2"}.get(suite, "rl-baselines3-zoo")
+        source = {"atari": "CleanRL", "procgen": "CleanRL", "dm_control": "TD-MPC2"}.get(suite, "rl-baselines3-zoo")
         assert all(task.reference.source.startswith(source) for task in tasks)
     assert not any(tmp_path.iterdir())  # nothing is written before a task trains
+
+
+def test_returns_below_ten_keep_three_decimals_in_the_report():
+    """MiniGrid's scores (0-1) and the zoo's 0.964 +- 0.006 stay readable; larger returns keep one decimal."""
+    from jaxrl_fast.suites.report import fmt
+
+    assert [fmt(0.964), fmt(0.006), fmt(-3.25), fmt(242.119), fmt(-1234.56), fmt(None), fmt(float("nan"))] == [
+        "0.964", "0.006", "-3.250", "242.1", "-1,234.6", "-", "-"]
 
 
 @pytest.mark.slow

@@ -146,8 +146,13 @@ def draw_curve(result: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
+def fmt(value: float | None, digits: int | None = None) -> str:
+    """A return as the tables print it: one decimal, three below 10 in size (MiniGrid scores 0-1)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if digits is None:
+        digits = 3 if abs(value) < 10 else 1
+    return f"{value:,.{digits}f}"
 
 
 def seconds(value: float | None) -> str:
@@ -191,8 +196,10 @@ def run_suite(tasks: list[Task], num_seeds: int, budget_scale: float, out: Path,
         results.append(result)
         (out / "results.json").write_text(json.dumps(dict(header, results=results), indent=2) + "\n")  # after every task
         (out / "report.md").write_text(report_markdown(results, header))
-        print(f"{task.name}: final IQM {fmt((result.get('final') or {}).get('iqm'))}, "
-              f"{result.get('reached', 0)}/{num_seeds} seeds reached the threshold, {result['wall_s']:.0f} s", flush=True)
+        reached = (f"{result.get('reached', 0)}/{num_seeds} seeds reached the threshold" if task.threshold is not None
+                   else "no threshold")
+        print(f"{task.name}: final IQM {fmt((result.get('final') or {}).get('iqm'))}, {reached}, {result['wall_s']:.0f} s",
+              flush=True)
     return results
 
 

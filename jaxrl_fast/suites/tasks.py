@@ -22,6 +22,18 @@ github.com/nicklashansen/tdmpc2 `results/sac/<task>.csv`, commit add30b5): the m
 repeats each action twice (`ActionRepeatWrapper(env, 2)`) and EnvPool's does not, so its 1M steps
 are not ours one for one: the row marks what SAC reaches on the task, as the zoo's do. dm_control
 sets no solved threshold.
+
+The MiniGrid suite's references are the zoo's MiniGrid PPO rows (the same `benchmark.md`, all
+trained with its "minigrid-defaults", which `[minigrid.ppo]` follows). The zoo's agents see the
+image and a one-hot mission (`FlatObsWrapper`); ours see the dict's keys flattened into one vector
+(direction, image, the mission's characters: docs/env-adapter.md). MiniGrid sets no solved
+threshold; an episode scores 1 - 0.9 x (steps taken / the step limit) when it reaches the goal, 0
+otherwise.
+
+The Procgen suite's references are CleanRL's `ppo_procgen` on the easy distribution at 25M steps
+(its docs' table: the mean and std over its seeds of the training episodes' return, from the
+stochastic policy; ours are deterministic evaluation episodes), the setting `[procgen]` in
+`envs/defaults.toml` follows. Procgen sets no solved threshold.
 """
 
 from __future__ import annotations
@@ -68,11 +80,16 @@ CLEANRL = "CleanRL docs, ppo_atari_envpool_xla_jax and pqn_atari_envpool, Atari 
 
 
 TDMPC2 = "TD-MPC2 results/sac (commit add30b5), 3 seeds at 1M steps, action repeat 2"
+CLEANRL_PROCGEN = "CleanRL docs, ppo_procgen, Procgen easy distribution, 25M steps"
 
 
 def cleanrl(algo: str, env: str, value: float) -> Task:
     return Task(env, algo, 10_000_000, Reference(value, None, 10_000_000, f"{CLEANRL}: {algo} {env}", "CleanRL"),
                 THRESHOLDS[env])
+
+
+def procgen(env: str, value: float, std: float) -> Task:
+    return Task(env, "ppo", 25_000_000, Reference(value, std, 25_000_000, f"{CLEANRL_PROCGEN}: {env}", "CleanRL"), None)
 
 
 def _zoo_rows(rows: list[tuple[str, str, float, float, int]], v3: bool = False) -> list[Task]:
@@ -129,6 +146,17 @@ SUITES: dict[str, list[Task]] = {
              None),
         Task("WalkerWalk-v1", "sac", 1_000_000, Reference(957.3, 3.0, 1_000_000, f"{TDMPC2}: walker-walk", "TD-MPC2's SAC"),
              None),
+    ],
+    "minigrid": _zoo_rows([
+        ("ppo", "MiniGrid-DoorKey-5x5-v0", 0.964, 0.006, 100_000),
+        ("ppo", "MiniGrid-Empty-Random-5x5-v0", 0.968, 0.013, 100_000),
+        ("ppo", "MiniGrid-Unlock-v0", 0.963, 0.016, 100_000),
+        ("ppo", "MiniGrid-KeyCorridorS3R1-v0", 0.949, 0.011, 500_000),
+    ]),
+    "procgen": [
+        procgen("StarpilotEasy-v0", 30.99, 1.96),
+        procgen("BossfightEasy-v0", 8.85, 0.33),
+        procgen("BigfishEasy-v0", 16.46, 2.71),
     ],
     "atari": [
         cleanrl("ppo", "Pong-v5", 20.8),
