@@ -5,7 +5,7 @@ At XLA's default optimisation level, PPO CartPole's `init` compiled for 4.0-4.3 
 loop's 5.7-6.0 s on the same two cores: the orthogonal initialiser's Gram-Schmidt loops go through
 LLVM's whole pipeline to run once, in milliseconds. At level 0 they compile in under half the time
 and still run in milliseconds. XLA's CPU compiler in jaxlib 0.10 still has its older fusion
-emitters, with which `init` compiled in another 30-45% less time (PPO 1.10-1.58 -> 0.74-0.98 s, SAC
+emitters, with which `init` compiled in another third (PPO) to half (SAC) less time (PPO 1.10-1.58 -> 0.74-0.98 s, SAC
 1.40-2.00 -> 0.84-1.06 s) to the same parameters; jaxlib 0.12's has only the newer ones
 (docs/profiling.md "Cold-start options" has the measurements). Level 0's numbers may differ from
 level 2's in the last bits, so every place that initialises an agent uses this, and a schedule or

@@ -83,13 +83,11 @@ TDMPC2 = "TD-MPC2 results/sac (commit add30b5), 3 seeds at 1M steps, action repe
 CLEANRL_PROCGEN = "CleanRL docs, ppo_procgen, Procgen easy distribution, 25M steps"
 
 
-def cleanrl(algo: str, env: str, value: float) -> Task:
-    return Task(env, algo, 10_000_000, Reference(value, None, 10_000_000, f"{CLEANRL}: {algo} {env}", "CleanRL"),
-                THRESHOLDS[env])
-
-
-def procgen(env: str, value: float, std: float) -> Task:
-    return Task(env, "ppo", 25_000_000, Reference(value, std, 25_000_000, f"{CLEANRL_PROCGEN}: {env}", "CleanRL"), None)
+def cleanrl(algo: str, env: str, value: float, std: float | None = None, steps: int = 10_000_000,
+            source: str = CLEANRL) -> Task:
+    """A task whose reference is a row of CleanRL's docs (Atari's by default)."""
+    row = f"{source}: {algo} {env}"
+    return Task(env, algo, steps, Reference(value, std, steps, row, "CleanRL"), THRESHOLDS.get(env))
 
 
 def _zoo_rows(rows: list[tuple[str, str, float, float, int]], v3: bool = False) -> list[Task]:
@@ -154,9 +152,9 @@ SUITES: dict[str, list[Task]] = {
         ("ppo", "MiniGrid-KeyCorridorS3R1-v0", 0.949, 0.011, 500_000),
     ]),
     "procgen": [
-        procgen("StarpilotEasy-v0", 30.99, 1.96),
-        procgen("BossfightEasy-v0", 8.85, 0.33),
-        procgen("BigfishEasy-v0", 16.46, 2.71),
+        cleanrl("ppo", "StarpilotEasy-v0", 30.99, 1.96, 25_000_000, CLEANRL_PROCGEN),
+        cleanrl("ppo", "BossfightEasy-v0", 8.85, 0.33, 25_000_000, CLEANRL_PROCGEN),
+        cleanrl("ppo", "BigfishEasy-v0", 16.46, 2.71, 25_000_000, CLEANRL_PROCGEN),
     ],
     "atari": [
         cleanrl("ppo", "Pong-v5", 20.8),
