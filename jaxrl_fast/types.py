@@ -136,6 +136,8 @@ class Algorithm(NamedTuple):
     policy_params(state) -> params                       (what evaluation needs)
     act_deterministic(params, obs [B, ...]) -> env action (evaluation)
     update(state, Rollout, key) -> (state, metrics dict)
+    act_sampled(params, obs [B, ...], key) -> env action (evaluation with --eval-policy sampled;
+                                                          None where the policy is not a distribution)
     """
 
     init: Callable[[jax.Array], Any]
@@ -144,6 +146,7 @@ class Algorithm(NamedTuple):
     act_deterministic: Callable[[Any, jax.Array], jax.Array]
     update: Callable[[Any, Rollout, jax.Array], tuple[Any, dict[str, jax.Array]]]
     rollout_length: int  # environment steps per env between updates
+    act_sampled: Callable[[Any, jax.Array, jax.Array], jax.Array] | None = None
 
 
 class OffPolicyAlgorithm(NamedTuple):
@@ -158,6 +161,7 @@ class OffPolicyAlgorithm(NamedTuple):
     act(params, obs [B, ...], key, env_step) -> Act        exploration policy
     random_act(obs [B, ...], key) -> Act                   before `learning_starts`
     act_deterministic(params, obs) -> env action           evaluation
+    act_sampled(params, obs, key) -> env action            evaluation with --eval-policy sampled (None: no distribution)
     actor_exchange(actor_state) -> pytree                  what the critic update needs
     critic_exchange(critic_state) -> pytree                what the actor update needs
     update_critic(critic_state, actor_exchange, Batch, key) -> (critic_state, metrics)
@@ -175,3 +179,4 @@ class OffPolicyAlgorithm(NamedTuple):
     update_critic: Callable[..., tuple[Any, dict[str, jax.Array]]]
     update_actor: Callable[..., tuple[Any, dict[str, jax.Array]]]
     actor_update_period: int
+    act_sampled: Callable[[Any, jax.Array, jax.Array], jax.Array] | None = None

@@ -207,6 +207,9 @@ def test_each_algorithm_declares_what_the_engine_reads(name):
     else:
         assert issubclass(spec.config, RolloutConfig)
     assert set(spec.metrics) == reported_metrics(name, spec)
+    env_id = "CartPole-v1" if spec.actions != "continuous" else "Pendulum-v1"
+    bundle = spec.build(spec.config(), probe_spec(env_id), 10_000)
+    assert (bundle.act_sampled is not None) == spec.stochastic_policy  # what --eval-policy sampled is checked against
 
 
 @pytest.mark.slow

@@ -119,6 +119,8 @@ def test_a_flag_of_another_algorithm_is_refused(tmp_path):
         (["--algo", "sac", "--env", "Pendulum-v1", "--dispatch-steps", "-1"], "--dispatch-steps must be"),
         (["--video-interval", "-1"], "--video-interval must be 0"),
         (["--env", "FrozenLake-v1", "--video-interval", "1"], "--video-interval: FrozenLake-v1 cannot be rendered here"),
+        (["--algo", "dqn", "--eval-policy", "sampled"], "dqn's policy is deterministic (sampled: ppo, sac)"),
+        (["--eval-policy", "sampled", "--eval-epsilon", "0.05"], "give one"),
     ],
 )
 def test_bad_input_gets_a_one_line_error_and_writes_nothing(tmp_path, capsys, args, message):

@@ -1,6 +1,7 @@
 import json
 import threading
 
+import jax
 import numpy as np
 
 from jaxrl_fast.env.envpool import probe_spec
@@ -105,3 +106,59 @@ def test_training_survives_an_evaluator_that_always_raises(tmp_path, monkeypatch
     assert summary["eval_failures"] >= 2  # in-loop ones and the final one
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [2048, 4096, 6144, 8192]
+
+
+def test_sampled_evaluation_draws_one_seed_per_step_from_its_evaluation_seed_and_step():
+    seeds = []
+
+    def coin_policy(payload, obs, seed):  # what `sampled_policy` receives: one uint32 per step
+        seeds.append(seed)
+        return np.full(obs.shape[0], seed % 2, np.int32)
+
+    def evaluations(*steps):  # a fresh evaluator, as in a rerun of the same run
+        evaluator = Evaluator("CartPole-v1", 3, 7, coin_policy, lambda r: None, 500, sampled=True)
+        try:
+            runs = []
+            for step in steps:
+                seeds.clear()
+                runs.append((evaluator.evaluate(None, step), list(seeds)))
+            return runs
+        finally:
+            evaluator.close()
+
+    (first, first_seeds), = evaluations(5)
+    (again, again_seeds), (other, other_seeds) = evaluations(5, 6)
+    assert all(isinstance(s, np.uint32) for s in first_seeds) and len(set(first_seeds)) == len(first_seeds)
+    assert first_seeds == again_seeds and (first.returns == again.returns).all()  # a rerun acts the same
+    assert other_seeds[:5] != first_seeds[:5]  # another step, another stream
+    assert (first.returns > 10).any()  # a fair coin keeps the pole up longer than always pushing left
+
+
+def test_sampled_policies_draw_from_the_algorithms_distributions():
+    from jaxrl_fast.algos import make_algorithm
+    from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, sampled_policy
+    from jaxrl_fast.networks.heads import make_policy_network
+    from jaxrl_fast.ops.normalization import init_moments
+
+    for algo_name, env_id in (("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1"), ("sac", "Pendulum-v1")):
+        spec, config = probe_spec(env_id), make_config(env_id, algo_name)
+        algo = make_algorithm(config, spec)
+        state = algo.init(jax.random.key(0))
+        params = algo.policy_params(state) if algo_name == "ppo" else algo.acting_params(*state)
+        if spec.discrete:  # away from the near-uniform first policy, so the frequencies tell
+            params = jax.tree.map(lambda x: 30.0 * x, params)
+        payload = EvalPayload(params, init_moments(spec.obs_shape))
+        act = jax.jit(sampled_policy(algo, EnvOptions(False, False, 0.99)))
+        obs = np.tile(np.linspace(-0.5, 0.5, spec.obs_shape[0], dtype=np.float32), (20_000, 1))  # one state
+        draws = np.asarray(act(payload, obs, np.uint32(3)))
+        np.testing.assert_array_equal(draws, np.asarray(act(payload, obs, np.uint32(3))))  # the seed's draws
+        assert (draws != np.asarray(act(payload, obs, np.uint32(4)))).any()
+        if spec.discrete:  # the frequencies of the policy's softmax at that state
+            logits = make_policy_network(spec, config.ppo).apply(params, obs[:1])
+            probs = np.asarray(jax.nn.softmax(logits))[0]
+            assert 0.05 < probs.min() < 0.45, probs
+            np.testing.assert_allclose(np.bincount(draws, minlength=2) / len(draws), probs, atol=0.015)
+        else:  # clipping and tanh keep the median: the deterministic action's
+            greedy = float(np.asarray(algo.act_deterministic(params, obs[:1]))[0, 0])
+            assert draws.shape == (20_000, 1) and (np.abs(draws) <= 2.0).all() and draws.std() > 0.1
+            assert abs(float(np.median(draws)) - greedy) < 0.1

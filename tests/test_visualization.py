@@ -111,6 +111,7 @@ def test_learning_curve_reads_what_was_logged_and_skips_a_line_cut_short(tmp_pat
 def test_the_curve_says_how_evaluations_acted():
     assert evaluation_label(0.0) == "evaluation (deterministic, mean ± std)"
     assert evaluation_label(0.05) == "evaluation (epsilon-greedy, 0.05, mean ± std)"  # --eval-epsilon, Atari's presets
+    assert evaluation_label(0.0, "sampled") == "evaluation (sampled, mean ± std)"  # --eval-policy, MiniGrid's presets
 
 
 def test_learning_curve_redraws_on_its_own_thread_at_most_every_interval_and_at_close(tmp_path):

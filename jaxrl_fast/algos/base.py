@@ -77,6 +77,8 @@ class AlgorithmSpec:
     actions: the action spaces it can act in.
     metrics: the `train/...` names its updates report.
     validate(hyper, config): messages for values that cannot work, each naming its flag.
+    stochastic_policy: its policy is a distribution (the bundle's `act_sampled` draws from it), so
+      `--eval-policy sampled` can evaluate it.
     """
 
     name: str
@@ -86,6 +88,7 @@ class AlgorithmSpec:
     actions: Actions
     metrics: tuple[str, ...]
     validate: Callable[[Any, Any], list[str]] = lambda hyper, config: []
+    stochastic_policy: bool = False
 
     def build(self, hyper: Any, spec: EnvSpec, total_steps: int, axis_name: str | None = None) -> Any:
         """The bundle of pure functions (imports the learner module, and with it JAX)."""

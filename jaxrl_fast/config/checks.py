@@ -79,6 +79,12 @@ def combination_errors(config: TrainConfig) -> list[str]:
          f"the {config.schedule} schedule steps all --num-envs together inside its jitted program"),
         (not config.batch_seed_updates or config.num_seeds > 1,
          "--batch-seed-updates batches the updates of --num-seeds agents; give --num-seeds 2 or more"),
+        (config.eval_policy == "deterministic" or ALGORITHMS[config.algo].stochastic_policy,
+         f"--eval-policy sampled draws from a policy's distribution, and {config.algo}'s policy is deterministic "
+         f"(sampled: {', '.join(name for name, spec in ALGORITHMS.items() if spec.stochastic_policy)}); "
+         "evaluate it with --eval-epsilon instead"),
+        (config.eval_policy == "deterministic" or config.eval_epsilon == 0,
+         "--eval-policy sampled and --eval-epsilon are two ways to evaluate a noisy policy; give one"),
     ]
     if config.num_seeds > 1:
         checks += [

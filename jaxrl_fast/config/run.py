@@ -55,7 +55,9 @@ class RunConfig:
     eval_interval: int = 10_000
     """Environment steps between evaluations (0: only the final one)."""
     eval_episodes: int = 10
-    """Episodes per evaluation: deterministic, or epsilon-greedy with --eval-epsilon."""
+    """Episodes per evaluation: deterministic, epsilon-greedy with --eval-epsilon, or sampled with --eval-policy sampled."""
+    eval_policy: Literal["deterministic", "sampled"] = "deterministic"
+    """How evaluation acts: the policy's deterministic action, or actions sampled from its distribution (PPO, SAC), as rl-baselines3-zoo evaluates MiniGrid and CleanRL reports Procgen (those families' presets set it)."""
     eval_epsilon: float = 0.0
     """Chance of a uniformly random action per evaluation step (Atari presets: 0.05, as Mnih et al. 2015)."""
     video_interval: int = 0

@@ -75,6 +75,17 @@ def deterministic_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayloa
     return act
 
 
+def sampled_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayload, jax.Array, jax.Array], jax.Array]:
+    """Evaluation with `--eval-policy sampled`: `(payload, obs [B, ...], seed uint32) -> env actions
+    [B, ...]`, drawn from the algorithm's policy distribution with the key of `seed` (the evaluator
+    draws one per step from its evaluation's seed)."""
+
+    def act(payload: EvalPayload, obs: jax.Array, seed: jax.Array) -> jax.Array:
+        return algo.act_sampled(payload.policy, observe(options, payload.obs_moments, obs), jax.random.key(seed))
+
+    return act
+
+
 def init_env_carry(env: BatchedEnv, options: EnvOptions, handle: Any, first_obs: jax.Array, num_agents: int = 1) -> EnvCarry:
     """The carry at the pool's first observations; with `num_agents` > 1, one per agent (each over
     its slice of the pool's envs, stacked on a leading axis) around the shared handle."""

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 # intervals and the profile's window stay: through the plan they set how many iterations one call
 # of the loop scans.
 HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume", "target_return", "eval_episodes", "eval_epsilon",
-                    "video_interval", "checkpoint_interval", "keep_checkpoints", "calibration_budget_s")
+                    "eval_policy", "video_interval", "checkpoint_interval", "keep_checkpoints", "calibration_budget_s")
 TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
                     "ml_dtypes", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"

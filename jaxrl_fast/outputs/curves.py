@@ -55,9 +55,10 @@ def read_curve_points(metrics_path: Path) -> CurvePoints:
     )
 
 
-def evaluation_label(eval_epsilon: float) -> str:
-    """How the curve names its evaluation points: greedy, or epsilon-greedy (--eval-epsilon)."""
-    how = "deterministic" if eval_epsilon == 0 else f"epsilon-greedy, {eval_epsilon:g}"
+def evaluation_label(eval_epsilon: float, eval_policy: str = "deterministic") -> str:
+    """How the curve names its evaluation points: deterministic, epsilon-greedy (--eval-epsilon) or
+    sampled (--eval-policy sampled)."""
+    how = eval_policy if eval_epsilon == 0 else f"epsilon-greedy, {eval_epsilon:g}"
     return f"evaluation ({how}, mean ± std)"
 
 

@@ -18,7 +18,7 @@ from jaxrl_fast.config.plan import Plan, run_off_policy_plan
 from jaxrl_fast.config.run import EVAL_SEED_OFFSET, TrainConfig, family, run_dict
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
-from jaxrl_fast.engine.acting import agent_part, deterministic_policy, env_options
+from jaxrl_fast.engine.acting import agent_part, deterministic_policy, env_options, sampled_policy
 from jaxrl_fast.engine.program_store import package_version
 from jaxrl_fast.engine.schedules import Context, Schedule, make_schedule
 from jaxrl_fast.engine.sharding import AXIS, local_shards, make_sharded_env
@@ -232,7 +232,8 @@ def build(resolved: ResolvedRun) -> Run:
     progress = ProgressDisplay(plan.total_steps, config.progress if primary else "off")
     board = EvalBoard(progress, agents)
     clock = RunClock(resumed_at_s(run_dir, restored))
-    traceable_policy = deterministic_policy(algo, env_options(config))
+    sampled = config.eval_policy == "sampled"
+    traceable_policy = (sampled_policy if sampled else deterministic_policy)(algo, env_options(config))
     policy = jax.jit(traceable_policy)
     seeds = []
     for seed in opened:
@@ -243,10 +244,10 @@ def build(resolved: ResolvedRun) -> Run:
         report = Report(seed.config, own_dir, seed.restored, functools.partial(board.show, seed.index), clock)
         evaluator = Evaluator(
             config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
-            lambda payload, obs: np.asarray(policy(payload, obs)), report.evaluation, resolved.spec.max_episode_steps,
+            lambda payload, *inputs: np.asarray(policy(payload, *inputs)), report.evaluation, resolved.spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
             evaluation_options(pool_options), config.eval_epsilon, functools.partial(random_actions_np, resolved.spec),
-            traceable_policy,
+            traceable_policy, sampled,
         )
         seeds.append(SeedRun(*seed, report, evaluator))
 

@@ -6,8 +6,9 @@ next request comes, the waiting request is replaced (and counted as skipped), so
 evaluation never stalls training. An evaluation that raises is logged and counted; training
 goes on. `close()` stops the thread and joins it within a timeout.
 
-Episodes are acted deterministically, or epsilon-greedy with `--eval-epsilon` (Atari's presets:
-0.05), from a random stream seeded by the evaluation's seed and step.
+Episodes are acted deterministically, epsilon-greedy with `--eval-epsilon` (Atari's presets:
+0.05), or sampled from the policy with `--eval-policy sampled` (MiniGrid's and Procgen's presets),
+from a random stream seeded by the evaluation's seed and step.
 
 With a `VideoPlan`, some evaluations also film their first episode (env 0 of the evaluation
 pool: a deterministic evaluation episode, acted by the evaluated policy) into RUN_DIR/videos/.
@@ -127,7 +128,7 @@ def host_zeros_like(tree: Any) -> Any:
 
 
 class Evaluator:
-    """Runs deterministic evaluation episodes in a daemon thread.
+    """Runs evaluation episodes in a daemon thread.
 
     Args:
       env_id, seed: the evaluation pool is `num_episodes` envs of `env_id`, seeded apart from
@@ -141,6 +142,8 @@ class Evaluator:
         with that probability (`epsilon_greedy`), from a generator seeded by (seed, step).
       traceable_policy: `policy` before jit. A pool that plays whole episodes in one program (the
         JAX-native backend's `play`) then runs the evaluation there, without a host call per step.
+      sampled: `policy` is `(payload, obs, seed) -> env actions`, sampling with the key of `seed`, a
+        uint32 drawn each step from a generator seeded by (seed, step); episodes are stepped on the host.
     """
 
     def __init__(
@@ -156,9 +159,12 @@ class Evaluator:
         epsilon: float = 0.0,
         random_actions: Callable[[np.random.Generator, int], np.ndarray] | None = None,
         traceable_policy: Callable[[Any, Any], Any] | None = None,
+        sampled: bool = False,
     ):
         if epsilon > 0 and random_actions is None:
             raise ValueError("an evaluation epsilon needs the env's random actions")
+        if epsilon > 0 and sampled:
+            raise ValueError("an evaluation acts epsilon-greedy or sampled, not both")
         options = options or {}
         if video is None:
             self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed, **options)
@@ -169,8 +175,9 @@ class Evaluator:
         self._policy = policy
         self._on_result = on_result
         self._max_steps = max_episode_steps
-        self._seed, self._epsilon, self._random_actions = seed, epsilon, random_actions
-        in_program = traceable_policy is not None and hasattr(self._pool, "play") and video is None and epsilon == 0
+        self._seed, self._epsilon, self._random_actions, self._sampled = seed, epsilon, random_actions, sampled
+        in_program = (traceable_policy is not None and hasattr(self._pool, "play") and video is None and epsilon == 0
+                      and not sampled)
         self._traceable_policy = traceable_policy if in_program else None
         self._lock = threading.Lock()
         self._pool_lock = threading.Lock()  # the thread and a final `evaluate` share the pool
@@ -210,7 +217,7 @@ class Evaluator:
                     with self._pool_lock:
                         self._pool.play(self._traceable_policy, zeros, count=False)
                     return
-                self._policy(zeros, obs)
+                self._policy(zeros, obs, np.uint32(0)) if self._sampled else self._policy(zeros, obs)
             except Exception as error:  # the first evaluation compiles it then, and reports what fails
                 log.debug("compiling the evaluation policy ahead failed: %s", error)
 
@@ -270,11 +277,14 @@ class Evaluator:
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
 
     def _acting(self, payload: Any, step: int) -> Callable[[np.ndarray], np.ndarray]:
-        """What acts in the evaluation at `step`: the policy, epsilon-greedy when asked."""
+        """What acts in the evaluation at `step`: the policy, epsilon-greedy or sampled when asked."""
+        rng = np.random.default_rng([self._seed, step])
+        if self._sampled:
+            return lambda obs: self._policy(payload, obs, rng.integers(2**32, dtype=np.uint32))
         policy = functools.partial(self._policy, payload)
         if self._epsilon == 0:
             return policy
-        return epsilon_greedy(policy, self._epsilon, self._random_actions, np.random.default_rng([self._seed, step]))
+        return epsilon_greedy(policy, self._epsilon, self._random_actions, rng)
 
     def _keep_video(self, recorder: EpisodeRecorder) -> None:
         path = recorder.finish()

@@ -76,7 +76,7 @@ class Report:
         self.show = show
         self.target = TargetWatch(config.target_return, clock)
         self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}",
-                                   eval_label=evaluation_label(config.eval_epsilon))
+                                   eval_label=evaluation_label(config.eval_epsilon, config.eval_policy))
         self.results: dict[int, EvalResult] = {}
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])

@@ -179,8 +179,8 @@ def report_markdown(results: list[dict], header: dict) -> str:
             f"| {published} | {ref['source'] if ref else '-'} |")
         if r.get("error"):
             lines.append(f"| ↳ error | {r['error']} | | | | | | | |")
-    lines += ["", "Time to threshold: seconds from the task's process start to the first evaluation (10 deterministic "
-              "episodes) whose mean reaches it; the median is over the seeds, and only when every seed reached it."]
+    lines += ["", "Time to threshold: seconds from the task's process start to the first evaluation (10 episodes, "
+              "acted as the task's preset evaluates) whose mean reaches it; the median is over the seeds, and only when every seed reached it."]
     return "\n".join(lines) + "\n"
 
 

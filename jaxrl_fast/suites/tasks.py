@@ -24,15 +24,16 @@ are not ours one for one: the row marks what SAC reaches on the task, as the zoo
 sets no solved threshold.
 
 The MiniGrid suite's references are the zoo's MiniGrid PPO rows (the same `benchmark.md`, all
-trained with its "minigrid-defaults", which `[minigrid.ppo]` follows). The zoo's agents see the
-image and a one-hot mission (`FlatObsWrapper`); ours see the dict's keys flattened into one vector
-(direction, image, the mission's characters: docs/env-adapter.md). MiniGrid sets no solved
+trained with its "minigrid-defaults", which `[minigrid.ppo]` follows, and evaluated with actions
+sampled from the policy: `rl_zoo3/enjoy.py` samples for MiniGrid, as `[minigrid.ppo]` does). The
+zoo's agents see the image and a one-hot mission (`FlatObsWrapper`); ours see the dict's keys
+flattened into one vector (direction, image, the mission's characters: docs/env-adapter.md). MiniGrid sets no solved
 threshold; an episode scores 1 - 0.9 x (steps taken / the step limit) when it reaches the goal, 0
 otherwise.
 
 The Procgen suite's references are CleanRL's `ppo_procgen` on the easy distribution at 25M steps
 (its docs' table: the mean and std over its seeds of the training episodes' return, from the
-stochastic policy; ours are deterministic evaluation episodes), the setting `[procgen]` in
+stochastic policy; ours are evaluation episodes sampled from it), the setting `[procgen]` in
 `envs/defaults.toml` follows. Procgen sets no solved threshold.
 """
 

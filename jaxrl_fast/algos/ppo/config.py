@@ -48,4 +48,5 @@ def validate(config: PPOConfig, train: Any) -> list[str]:
 
 
 ALGORITHM = AlgorithmSpec(name="ppo", family="on_policy", config=PPOConfig, make="jaxrl_fast.algos.ppo.learner:make_ppo",
-                          actions="any", metrics=METRICS, validate=validate)
+                          actions="any", metrics=METRICS, validate=validate,
+                          stochastic_policy=True)

@@ -169,6 +169,18 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
             return dist.categorical_mode(policy_net.apply(actor_params, obs))
         return jnp.clip(policy_net.apply(actor_params, obs)[0], low, high)
 
+    def act_sampled(actor_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """An action drawn from the policy's distribution at `obs` (gSDE's: the Gaussian its noise
+        has at that state, drawn afresh each step)."""
+        if spec.discrete:
+            return dist.categorical_sample(key, policy_net.apply(actor_params, obs))
+        if config.use_sde:
+            mean, features, sde_log_std = policy_net.apply(actor_params, obs)
+            log_std = dist.sde_log_std(features, sde_log_std)
+        else:
+            mean, log_std = policy_net.apply(actor_params, obs)
+        return jnp.clip(dist.gaussian_sample(key, mean, log_std), low, high)
+
     update = make_update(config, optimizer, make_loss(config, spec, policy_net, value_net), value_net, batch_size, axis_name,
                          draw_sde_matrix)
 
@@ -177,6 +189,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         act=act,
         policy_params=lambda state: state.params.actor,
         act_deterministic=act_deterministic,
+        act_sampled=act_sampled,
         update=update,
         rollout_length=config.num_steps,
     )

@@ -48,4 +48,5 @@ def validate(config: SACConfig, train: Any) -> list[str]:
 
 
 ALGORITHM = AlgorithmSpec(name="sac", family="off_policy", config=SACConfig, make="jaxrl_fast.algos.sac.learner:make_sac",
-                          actions="continuous", metrics=METRICS, validate=validate)
+                          actions="continuous", metrics=METRICS, validate=validate,
+                          stochastic_policy=True)

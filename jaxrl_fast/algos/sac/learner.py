@@ -146,4 +146,5 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
         update_critic=update_critic,
         update_actor=update_actor,
         actor_update_period=1,
+        act_sampled=lambda params, obs, key: sample(params.policy if config.use_sde else params, obs, key)[0],
     )
