@@ -5,6 +5,7 @@ served is never stored. Whole runs through it: tests/test_compile_cache.py."""
 
 import dataclasses
 import logging
+import os
 import uuid
 
 import jax
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.config.run import TrainConfig
-from jaxrl_fast.engine.program_store import SUFFIX, ProgramStore, run_identity
+from jaxrl_fast.engine.program_store import ABANDONED_PARTIAL_S, SUFFIX, ProgramStore, prune, run_identity
 
 
 def fresh_program():
@@ -136,3 +137,37 @@ def test_a_program_placed_on_another_device_is_stored_and_loaded_there(tmp_path)
     out, _ = loaded(state(), jnp.float32(1.0))
     assert out["x"].devices() == {device}
     assert float(out["x"][0, 1]) == pytest.approx(2.0 + constant + 1)
+
+
+def test_pruning_removes_the_least_recently_used_entries_beyond_the_budget(tmp_path):
+    now = 1_000_000.0
+
+    def write(name, size, age_s):
+        path = tmp_path / name
+        path.write_bytes(b"x" * size)
+        os.utime(path, (now - age_s, now - age_s))
+        return path
+
+    oldest, old, recent, newest = (write(f"{n}{SUFFIX}", 100, age) for n, age in
+                                   (("oldest", 400), ("old", 300), ("recent", 200), ("newest", 100)))
+    stale_partial = write(f".run{SUFFIX}.0123abcd", 50, ABANDONED_PARTIAL_S + 1)
+    live_partial = write(f".run{SUFFIX}.4567ef01", 50, 1)  # another run's write in progress
+    other = write("notes.txt", 1000, 10_000)
+    removed = prune(tmp_path, 250, keep=oldest, now=now)
+    assert set(removed) == {old, recent, stale_partial}  # 400 -> 200 bytes; the entry just written stays
+    assert all(p.exists() for p in (oldest, newest, live_partial, other))
+    assert prune(tmp_path, 250, now=now) == [] and prune(tmp_path / "missing", 0) == []
+
+
+def test_a_loaded_entry_counts_as_used_and_outlives_older_ones(tmp_path):
+    program, _ = fresh_program()
+    ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    (loaded,) = entries(tmp_path)
+    other, _ = fresh_program()
+    ProgramStore(tmp_path, "other").compile("loop", other, args())
+    (unused,) = set(entries(tmp_path)) - {loaded}
+    for path, age in ((loaded, 200), (unused, 100)):  # the entry to be loaded is the older one
+        os.utime(path, (path.stat().st_mtime - age,) * 2)
+    ProgramStore(tmp_path, "identity").compile("loop", NeverLowered(), args())
+    assert loaded.stat().st_mtime > unused.stat().st_mtime
+    assert prune(tmp_path, loaded.stat().st_size) == [unused]

@@ -15,6 +15,10 @@ pool address, a Gymnasium callback) is never stored, nor is anything of a run wi
 processes. Entries are written whole (a temporary file, then a rename), so concurrent runs may
 share the directory; an entry that cannot be loaded is compiled again, never run. Like JAX's own
 cache, an entry holds native code: the directory must be the user's own.
+
+Every edit of jaxrl_fast and every upgrade makes new keys, so old entries would pile up: after each
+store, the least recently used entries (a load counts as a use) go until the directory holds at
+most `MAX_STORE_BYTES` (about a thousand CPU programs of PPO's or SAC's size).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import pickle
 import platform
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -49,6 +54,8 @@ HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume", "target_return", "e
 TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
                     "ml_dtypes", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"
+MAX_STORE_BYTES = 1 << 30
+ABANDONED_PARTIAL_S = 3600.0  # a temporary file this old is no concurrent run's write in progress
 
 
 @functools.cache
@@ -189,17 +196,62 @@ class ProgramStore:
             log.debug("program %s not stored: %s", path.name, error)
         finally:
             partial.unlink(missing_ok=True)
+        prune(path.parent, MAX_STORE_BYTES, keep=path)
 
     def _load(self, path: Path, devices: list[Any]) -> Any | None:
         from jax.experimental import serialize_executable
 
         try:
             payload, in_tree, out_tree = pickle.loads(path.read_bytes())
-            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=devices[0].client,
-                                                             execution_devices=devices)
+            loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=devices[0].client,
+                                                               execution_devices=devices)
+            _touch(path)  # used: the last entry pruning removes
+            return loaded
         except FileNotFoundError:
             return None
         except Exception as error:  # noqa: BLE001 (a damaged or foreign entry is compiled again)
             log.warning("stored program %s could not be loaded (%s): compiling it", path, error)
             path.unlink(missing_ok=True)  # once: the next run that compiles the loop stores it again
             return None
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:  # pruned by a concurrent run meanwhile, or a read-only store: it was loaded anyway
+        pass
+
+
+def prune(directory: Path, max_bytes: int, keep: Path | None = None, now: float | None = None) -> list[Path]:
+    """Remove the least recently used entries of `directory` (by modification time, which a load
+    renews) until the rest hold at most `max_bytes`, never `keep` (the entry just written), and any
+    temporary file an interrupted write left more than `ABANDONED_PARTIAL_S` ago. Returns what went.
+    Entries another run removes meanwhile are skipped; a run that then looks one up compiles it."""
+    now = time.time() if now is None else now
+    entries, removed = [], []
+    try:
+        listing = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for item in listing:
+        try:
+            stat = item.stat()
+        except OSError:
+            continue
+        partial = item.name.startswith(".") and f"{SUFFIX}." in item.name  # `_save`'s temporary files
+        if partial and now - stat.st_mtime > ABANDONED_PARTIAL_S:
+            removed.append(Path(item.path))
+        elif item.name.endswith(SUFFIX) and not item.name.startswith("."):
+            entries.append((stat.st_mtime, stat.st_size, Path(item.path)))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries, key=lambda entry: entry[0]):
+        if total <= max_bytes:
+            break
+        if keep is not None and path == keep:
+            continue
+        removed.append(path)
+        total -= size
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
