@@ -21,14 +21,16 @@ def envpool_episodes(env_id: str, episodes: int, rng: np.random.Generator) -> tu
 
     env = envpool.make_gymnasium(env_id, num_envs=1, seed=0)
     env.reset()
-    returns, lengths, ret, length = [], [], 0.0, 0
+    returns, lengths, ret = [], [], 0.0
     while len(returns) < episodes:
-        _, reward, terminated, truncated, _ = env.step(np.array([rng.integers(env.action_space.n)]))
-        ret, length = ret + float(reward[0]), length + 1
-        if terminated[0] or truncated[0]:  # EnvPool resets the env on its next step
+        _, reward, terminated, truncated, info = env.step(np.array([rng.integers(env.action_space.n)]))
+        if info["elapsed_step"][0] == 0:  # the step after an episode's end only resets the env
+            continue
+        ret += float(reward[0])
+        if terminated[0] or truncated[0]:
             returns.append(ret)
-            lengths.append(length)
-            ret, length = 0.0, 0
+            lengths.append(int(info["elapsed_step"][0]))
+            ret = 0.0
     return returns, lengths
 
 

@@ -120,7 +120,7 @@ def test_a_flag_of_another_algorithm_is_refused(tmp_path):
         (["--video-interval", "-1"], "--video-interval must be 0"),
         (["--env", "FrozenLake-v1", "--video-interval", "1"], "--video-interval: FrozenLake-v1 cannot be rendered here"),
         (["--algo", "dqn", "--eval-policy", "sampled"], "dqn's policy is deterministic (sampled: ppo, sac)"),
-        (["--eval-policy", "sampled", "--eval-epsilon", "0.05"], "give one"),
+        (["--eval-policy", "sampled", "--eval-epsilon", "0.05"], "give one (add --eval-epsilon 0"),
     ],
 )
 def test_bad_input_gets_a_one_line_error_and_writes_nothing(tmp_path, capsys, args, message):

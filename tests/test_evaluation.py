@@ -3,6 +3,7 @@ import threading
 
 import jax
 import numpy as np
+import pytest
 
 from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.env.spaces import random_actions_np
@@ -127,38 +128,75 @@ def test_sampled_evaluation_draws_one_seed_per_step_from_its_evaluation_seed_and
             evaluator.close()
 
     (first, first_seeds), = evaluations(5)
-    (again, again_seeds), (other, other_seeds) = evaluations(5, 6)
+    (again, again_seeds), (_, other_seeds) = evaluations(5, 6)
     assert all(isinstance(s, np.uint32) for s in first_seeds) and len(set(first_seeds)) == len(first_seeds)
     assert first_seeds == again_seeds and (first.returns == again.returns).all()  # a rerun acts the same
     assert other_seeds[:5] != first_seeds[:5]  # another step, another stream
     assert (first.returns > 10).any()  # a fair coin keeps the pole up longer than always pushing left
 
 
-def test_sampled_policies_draw_from_the_algorithms_distributions():
+@pytest.mark.parametrize("algo_name, env_id, sde", [
+    ("ppo", "CartPole-v1", False), ("ppo", "Pendulum-v1", False), ("ppo", "Pendulum-v1", True),
+    ("sac", "Pendulum-v1", False), ("sac", "Pendulum-v1", True),
+])
+def test_sampled_policies_draw_from_the_algorithms_distributions(algo_name, env_id, sde):
     from jaxrl_fast.algos import make_algorithm
     from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, sampled_policy
     from jaxrl_fast.networks.heads import make_policy_network
     from jaxrl_fast.ops.normalization import init_moments
 
-    for algo_name, env_id in (("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1"), ("sac", "Pendulum-v1")):
-        spec, config = probe_spec(env_id), make_config(env_id, algo_name)
-        algo = make_algorithm(config, spec)
-        state = algo.init(jax.random.key(0))
-        params = algo.policy_params(state) if algo_name == "ppo" else algo.acting_params(*state)
-        if spec.discrete:  # away from the near-uniform first policy, so the frequencies tell
-            params = jax.tree.map(lambda x: 30.0 * x, params)
-        payload = EvalPayload(params, init_moments(spec.obs_shape))
-        act = jax.jit(sampled_policy(algo, EnvOptions(False, False, 0.99)))
-        obs = np.tile(np.linspace(-0.5, 0.5, spec.obs_shape[0], dtype=np.float32), (20_000, 1))  # one state
-        draws = np.asarray(act(payload, obs, np.uint32(3)))
-        np.testing.assert_array_equal(draws, np.asarray(act(payload, obs, np.uint32(3))))  # the seed's draws
-        assert (draws != np.asarray(act(payload, obs, np.uint32(4)))).any()
-        if spec.discrete:  # the frequencies of the policy's softmax at that state
-            logits = make_policy_network(spec, config.ppo).apply(params, obs[:1])
-            probs = np.asarray(jax.nn.softmax(logits))[0]
-            assert 0.05 < probs.min() < 0.45, probs
-            np.testing.assert_allclose(np.bincount(draws, minlength=2) / len(draws), probs, atol=0.015)
-        else:  # clipping and tanh keep the median: the deterministic action's
-            greedy = float(np.asarray(algo.act_deterministic(params, obs[:1]))[0, 0])
-            assert draws.shape == (20_000, 1) and (np.abs(draws) <= 2.0).all() and draws.std() > 0.1
-            assert abs(float(np.median(draws)) - greedy) < 0.1
+    spec = probe_spec(env_id)
+    config = make_config(env_id, algo_name, **({algo_name: {"use_sde": True}} if sde else {}))
+    algo = make_algorithm(config, spec)
+    state = algo.init(jax.random.key(0))
+    params = algo.policy_params(state) if algo_name == "ppo" else algo.acting_params(*state)
+    if spec.discrete:  # away from the near-uniform first policy, so the frequencies tell
+        params = jax.tree.map(lambda x: 30.0 * x, params)
+    payload = EvalPayload(params, init_moments(spec.obs_shape))
+    act = jax.jit(sampled_policy(algo, EnvOptions(False, False, 0.99)))
+    obs = np.tile(np.linspace(-0.5, 0.5, spec.obs_shape[0], dtype=np.float32), (20_000, 1))  # one state
+    draws = np.asarray(act(payload, obs, np.uint32(3)))
+    np.testing.assert_array_equal(draws, np.asarray(act(payload, obs, np.uint32(3))))  # the seed's draws
+    assert (draws != np.asarray(act(payload, obs, np.uint32(4)))).any()
+    if spec.discrete:  # the frequencies of the policy's softmax at that state
+        probs = np.asarray(jax.nn.softmax(make_policy_network(spec, config.ppo).apply(params, obs[:1])))[0]
+        assert 0.05 < probs.min() < 0.45, probs
+        np.testing.assert_allclose(np.bincount(draws, minlength=2) / len(draws), probs, atol=0.015)
+        return
+    greedy = float(np.asarray(algo.act_deterministic(params, obs[:1]))[0, 0])
+    assert draws.shape == (20_000, 1) and (np.abs(draws) <= 2.0).all()
+    assert abs(float(np.median(draws)) - greedy) < 0.1  # clipping and tanh keep the median: the mean's action
+    # each env draws on its own, gSDE's noise too (one matrix shared by the batch made them all equal)
+    inside = draws[np.abs(draws) < 2.0]  # PPO's clipping piles draws up at the bounds
+    assert draws.std() > 0.01 and len(np.unique(inside)) > 0.9 * len(inside) > 10_000
+
+
+def test_a_run_evaluated_sampled_records_it_and_its_saved_policy_samples(tmp_path):
+    from jaxrl_fast.outputs.checkpoint import load_policy
+
+    run = tmp_path / "run"
+    config = make_config("CartPole-v1", "ppo", total_steps=4096, eval_interval=2048, log_interval=2048,
+                         eval_policy="sampled", run_dir=run, progress="off")
+    summary = train(config)
+    assert summary["eval_failures"] == 0 and summary["final_eval_return_mean"] is not None
+    evaluations = [line for line in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                   if "eval_return_mean" in line]
+    assert len(evaluations) >= 2  # in the loop and the final one
+    assert json.loads((run / "config.json").read_text())["train_config"]["eval_policy"] == "sampled"
+    obs = np.zeros((2_000, 4), np.float32)
+    sampled, greedy = load_policy(run), load_policy(run, sampled=False)
+    assert sampled.sampled and not greedy.sampled
+    first, second = sampled(obs), sampled(obs)  # a fresh draw each call
+    assert 0 < first.mean() < 1 and (first != second).any()
+    assert len(np.unique(greedy(obs))) == 1
+    np.testing.assert_array_equal(first, load_policy(run, seed=0)(obs))  # the draws are the seed's
+
+
+def test_the_minigrid_and_procgen_ppo_presets_evaluate_sampled_as_their_references():
+    from jaxrl_fast.config.presets import resolve_defaults
+
+    minigrid = resolve_defaults("MiniGrid-Unlock-v0", "ppo", "minigrid")
+    assert minigrid.eval_policy == "sampled" and minigrid.scale_rewards and minigrid.normalize_observations  # VecNormalize
+    assert resolve_defaults("StarpilotEasy-v0", "ppo", "procgen").eval_policy == "sampled"
+    for env_id, family in (("MiniGrid-Unlock-v0", "minigrid"), ("StarpilotEasy-v0", "procgen")):
+        assert resolve_defaults(env_id, "pqn", family).eval_policy == "deterministic"  # epsilon-greedy's own

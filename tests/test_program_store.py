@@ -113,7 +113,7 @@ def test_the_run_identity_ignores_only_what_never_reaches_a_program():
     config = TrainConfig(algo="ppo", env="CartPole-v1")
     identity = run_identity(config, Env("envpool-slots-0-1"), "plan", Placement())
     host_only = dataclasses.replace(config, seed=7, run_dir="elsewhere", progress="off", target_return=100.0,
-                                    eval_episodes=3, eval_epsilon=0.1, video_interval=10_000, checkpoint_interval=5_000,
+                                    eval_episodes=3, eval_epsilon=0.1, eval_policy="sampled", video_interval=10_000, checkpoint_interval=5_000,
                                     keep_checkpoints=2, calibration_budget_s=9.0)
     assert identity == run_identity(host_only, Env("envpool-slots-0-1"), "plan", Placement())
     changed = [dataclasses.replace(config, num_envs=config.num_envs * 2),

@@ -84,7 +84,8 @@ def combination_errors(config: TrainConfig) -> list[str]:
          f"(sampled: {', '.join(name for name, spec in ALGORITHMS.items() if spec.stochastic_policy)}); "
          "evaluate it with --eval-epsilon instead"),
         (config.eval_policy == "deterministic" or config.eval_epsilon == 0,
-         "--eval-policy sampled and --eval-epsilon are two ways to evaluate a noisy policy; give one"),
+         f"--eval-policy sampled and --eval-epsilon {config.eval_epsilon:g} (the Atari presets set 0.05) are two ways "
+         "to evaluate a noisy policy; give one (add --eval-epsilon 0 to sample)"),
     ]
     if config.num_seeds > 1:
         checks += [

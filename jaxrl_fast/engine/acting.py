@@ -66,8 +66,9 @@ def observe(options: EnvOptions, moments: RunningMoments, obs: jax.Array) -> jax
 
 
 def deterministic_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayload, jax.Array], jax.Array]:
-    """The policy evaluation runs and `load_policy` serves: `(payload, obs [B, ...]) -> env actions
-    [B, ...]`, the algorithm's deterministic action on observations normalised as in training."""
+    """The deterministic evaluation policy (evaluation's and `load_policy`'s by default):
+    `(payload, obs [B, ...]) -> env actions [B, ...]`, the algorithm's deterministic action on
+    observations normalised as in training."""
 
     def act(payload: EvalPayload, obs: jax.Array) -> jax.Array:
         return algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs))

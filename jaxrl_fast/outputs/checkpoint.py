@@ -401,8 +401,14 @@ def write_policy_info(run_dir: Path, info: dict[str, Any]) -> None:
     write_json(directory / POLICY_JSON, info)
 
 
-def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
-    """The deterministic policy of a run's newest (or given) checkpoint: observations -> actions.
+def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool | None = None,
+                seed: int = 0) -> Callable[[np.ndarray], np.ndarray]:
+    """The evaluation policy of a run's newest (or given) checkpoint: observations -> actions.
+
+    It acts as the run's evaluation did: deterministically, or, where the run evaluated with
+    `--eval-policy sampled` (the MiniGrid and Procgen PPO presets), with actions sampled from the
+    policy, a fresh draw each call from a generator seeded by `seed`. `sampled` True or False
+    overrides the run's choice (True needs a policy that samples: PPO's or SAC's).
 
     Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
     env's action space. A dict-observation env's policy (dm_control) also takes EnvPool's dict, one
@@ -414,7 +420,7 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
 
     from jaxrl_fast.algos import make_algorithm
     from jaxrl_fast.config.run import config_from_dict, family
-    from jaxrl_fast.engine.acting import EvalPayload, deterministic_policy, env_options
+    from jaxrl_fast.engine.acting import EvalPayload, deterministic_policy, env_options, sampled_policy
     from jaxrl_fast.ops.normalization import init_moments
     from jaxrl_fast.types import EnvSpec
 
@@ -441,7 +447,15 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
         shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
     template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
     payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
-    act = jax.jit(functools.partial(deterministic_policy(algo, env_options(config)), payload))
+    sampled = config.eval_policy == "sampled" if sampled is None else sampled
+    if sampled and algo.act_sampled is None:
+        raise CheckpointError(f"{config.algo}'s policy is deterministic: load_policy(..., sampled=True) needs PPO's or SAC's")
+    if sampled:
+        draw = functools.partial(np.random.default_rng(seed).integers, 2**32, dtype=np.uint32)
+        sample = jax.jit(functools.partial(sampled_policy(algo, env_options(config)), payload))
+        act = lambda obs: sample(obs, draw())  # noqa: E731
+    else:
+        act = jax.jit(functools.partial(deterministic_policy(algo, env_options(config)), payload))
 
     def policy(obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
         if isinstance(obs, dict) and spec.obs_keys:
@@ -453,6 +467,7 @@ def load_policy(run_dir: str | Path, step: int | None = None) -> Callable[[np.nd
         return actions[0] if single else actions
 
     policy.step = step  # which checkpoint it came from
+    policy.sampled = sampled
     return policy
 
 

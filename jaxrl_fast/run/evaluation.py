@@ -11,7 +11,7 @@ Episodes are acted deterministically, epsilon-greedy with `--eval-epsilon` (Atar
 from a random stream seeded by the evaluation's seed and step.
 
 With a `VideoPlan`, some evaluations also film their first episode (env 0 of the evaluation
-pool: a deterministic evaluation episode, acted by the evaluated policy) into RUN_DIR/videos/.
+pool: an evaluation episode, acted as the others are) into RUN_DIR/videos/.
 Rendering and encoding happen here, in the evaluation's thread; a failure of either is logged
 and counted, and the evaluation goes on without its video.
 """
@@ -133,7 +133,8 @@ class Evaluator:
     Args:
       env_id, seed: the evaluation pool is `num_episodes` envs of `env_id`, seeded apart from
         the training envs.
-      policy: `(payload, obs [N, ...] float32) -> env actions`; jitted by the caller.
+      policy: `(payload, obs [N, ...] float32) -> env actions` (with `sampled`, also a seed: below);
+        jitted by the caller.
       on_result: called in the evaluator thread with each `EvalResult`.
       max_episode_steps: bound on an evaluation's length.
       video: which evaluations to film (None: none); the pool is then made renderable.

@@ -122,9 +122,20 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
             action, _ = sample(params, obs, key)
         return Act(action, action, ())
 
+    def policy_of(params: Any) -> Any:
+        """The policy network's parameters of `acting_params` (with gSDE they carry its key too)."""
+        return params.policy if config.use_sde else params
+
     def act_deterministic(params: Any, obs: jax.Array) -> jax.Array:
-        mean = policy_net.apply(params.policy if config.use_sde else params, obs)[0]
-        return scale.to_env(jnp.tanh(mean))
+        return scale.to_env(jnp.tanh(policy_net.apply(policy_of(params), obs)[0]))
+
+    def act_sampled(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """An action per env drawn from the policy at its state; gSDE's noise as the Gaussian it
+        has at that state, drawn afresh for each env (training's `sample` shares one matrix)."""
+        if not config.use_sde:
+            return sample(params, obs, key)[0]
+        mean, features, log_std = policy_net.apply(params.policy, obs)
+        return scale.to_env(jnp.tanh(dist.gaussian_sample(key, mean, dist.sde_log_std(features, log_std))))
 
     def update_critic(state: SACCriticState, actor: PolicyAndAlpha, batch: Batch, key: jax.Array):
         next_action, next_log_prob = sample(actor.policy, batch.next_obs, key)
@@ -146,5 +157,5 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
         update_critic=update_critic,
         update_actor=update_actor,
         actor_update_period=1,
-        act_sampled=lambda params, obs, key: sample(params.policy if config.use_sde else params, obs, key)[0],
+        act_sampled=act_sampled,
     )
