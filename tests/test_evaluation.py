@@ -190,6 +190,7 @@ def test_a_run_evaluated_sampled_records_it_and_its_saved_policy_samples(tmp_pat
     assert 0 < first.mean() < 1 and (first != second).any()
     assert len(np.unique(greedy(obs))) == 1
     np.testing.assert_array_equal(first, load_policy(run, seed=0)(obs))  # the draws are the seed's
+    assert (load_policy(run, seed=1)(obs) != first).any()
 
 
 def test_the_minigrid_and_procgen_ppo_presets_evaluate_sampled_as_their_references():

@@ -15,6 +15,7 @@ from jaxrl_fast.env.ids import EnvError, check_env_kwargs, evaluation_options, m
 from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.networks.heads import make_discrete_q_network, make_policy_network, make_q_network, make_value_network
 from jaxrl_fast.networks.torso import patches_conv
+from jaxrl_fast.outputs.checkpoint import CheckpointError
 from jaxrl_fast.run.resolve import check_inputs
 
 
@@ -176,6 +177,9 @@ def test_pqn_trains_on_breakout_frames_and_its_policy_loads_and_films(tmp_path):
     actions = policy(obs)
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1, 2, 3}
     assert policy(obs[1]) == actions[1]
+    assert not policy.sampled  # greedy: the run's --eval-epsilon 0.05 is evaluation's alone
+    with pytest.raises(CheckpointError, match="pqn's policy is deterministic"):
+        jaxrl_fast.load_policy(run_dir, sampled=True)
     pool.close()
 
 

@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.config.run import TrainConfig
-from jaxrl_fast.engine.program_store import ABANDONED_PARTIAL_S, SUFFIX, ProgramStore, prune, run_identity
+from jaxrl_fast.engine import program_store
+from jaxrl_fast.engine.program_store import (
+    ABANDONED_PARTIAL_S,
+    SUFFIX,
+    ProgramStore,
+    partial_path,
+    prune,
+    run_identity,
+)
 
 
 def fresh_program():
@@ -150,13 +158,40 @@ def test_pruning_removes_the_least_recently_used_entries_beyond_the_budget(tmp_p
 
     oldest, old, recent, newest = (write(f"{n}{SUFFIX}", 100, age) for n, age in
                                    (("oldest", 400), ("old", 300), ("recent", 200), ("newest", 100)))
-    stale_partial = write(f".run{SUFFIX}.0123abcd", 50, ABANDONED_PARTIAL_S + 1)
-    live_partial = write(f".run{SUFFIX}.4567ef01", 50, 1)  # another run's write in progress
+    stale_partial = write(partial_path(tmp_path / f"run{SUFFIX}").name, 50, ABANDONED_PARTIAL_S + 1)
+    live_partial = write(partial_path(tmp_path / f"run{SUFFIX}").name, 50, 1)  # another run's write in progress
     other = write("notes.txt", 1000, 10_000)
+    (tmp_path / f"folder{SUFFIX}").mkdir()  # not an entry, whatever its name
     removed = prune(tmp_path, 250, keep=oldest, now=now)
     assert set(removed) == {old, recent, stale_partial}  # 400 -> 200 bytes; the entry just written stays
-    assert all(p.exists() for p in (oldest, newest, live_partial, other))
+    assert all(p.exists() for p in (oldest, newest, live_partial, other, tmp_path / f"folder{SUFFIX}"))
     assert prune(tmp_path, 250, now=now) == [] and prune(tmp_path / "missing", 0) == []
+
+
+def test_pruning_leaves_what_it_cannot_remove_and_never_fails(tmp_path, monkeypatch):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}{SUFFIX}").write_bytes(b"x" * 100)
+    real_unlink = type(tmp_path).unlink
+
+    def unlink(path, missing_ok=False):
+        if path.name.startswith("a"):
+            raise PermissionError(13, "Permission denied", str(path))
+        real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(type(tmp_path), "unlink", unlink)
+    assert prune(tmp_path, 0) == [tmp_path / f"b{SUFFIX}"]
+    assert [p.name for p in entries(tmp_path)] == [f"a{SUFFIX}"]
+
+
+def test_storing_prunes_the_store_to_its_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(program_store, "MAX_STORE_BYTES", 1)  # room for the newest entry alone
+    program, _ = fresh_program()
+    ProgramStore(tmp_path, "identity").compile("loop", program, args())
+    (first,) = entries(tmp_path)
+    other, _ = fresh_program()
+    ProgramStore(tmp_path, "other").compile("loop", other, args())
+    (kept,) = entries(tmp_path)
+    assert kept != first
 
 
 def test_a_loaded_entry_counts_as_used_and_outlives_older_ones(tmp_path):

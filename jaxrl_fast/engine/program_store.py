@@ -18,7 +18,9 @@ cache, an entry holds native code: the directory must be the user's own.
 
 Every edit of jaxrl_fast and every upgrade makes new keys, so old entries would pile up: after each
 store, the least recently used entries (a load counts as a use) go until the directory holds at
-most `MAX_STORE_BYTES` (about a thousand CPU programs of PPO's or SAC's size).
+most `MAX_STORE_BYTES`. Runs pruning side by side may remove an entry another has just loaded or
+written; it holds the program already, and the next run compiles it again. Pruning never fails a
+run: an entry it cannot remove stays.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ class ProgramStore:
     def _save(self, path: Path, compiled: Any) -> None:
         from jax.experimental import serialize_executable
 
-        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        partial = partial_path(path)
         try:
             body = pickle.dumps(serialize_executable.serialize(compiled))
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,8 +213,20 @@ class ProgramStore:
             return None
         except Exception as error:  # noqa: BLE001 (a damaged or foreign entry is compiled again)
             log.warning("stored program %s could not be loaded (%s): compiling it", path, error)
-            path.unlink(missing_ok=True)  # once: the next run that compiles the loop stores it again
+            try:  # once: the next run that compiles the loop stores it again
+                path.unlink(missing_ok=True)
+            except OSError:  # another's file, a read-only store: it stays, and is compiled around each time
+                pass
             return None
+
+
+def partial_path(path: Path) -> Path:
+    """Where `_save` writes an entry before renaming it to `path`: hidden, and unique to the write."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+
+
+def _is_partial(name: str) -> bool:
+    return name.startswith(".") and f"{SUFFIX}." in name
 
 
 def _touch(path: Path) -> None:
@@ -226,32 +240,38 @@ def prune(directory: Path, max_bytes: int, keep: Path | None = None, now: float 
     """Remove the least recently used entries of `directory` (by modification time, which a load
     renews) until the rest hold at most `max_bytes`, never `keep` (the entry just written), and any
     temporary file an interrupted write left more than `ABANDONED_PARTIAL_S` ago. Returns what went.
-    Entries another run removes meanwhile are skipped; a run that then looks one up compiles it."""
+    Only regular files are considered; one that cannot be removed (another's file, a read-only
+    store) stays, and one another run removed meanwhile is skipped."""
     now = time.time() if now is None else now
-    entries, removed = [], []
+    entries, doomed = [], []
     try:
         listing = list(os.scandir(directory))
     except OSError:
-        return removed
+        return []
     for item in listing:
         try:
-            stat = item.stat()
+            if not item.is_file(follow_symlinks=False):
+                continue
+            stat = item.stat(follow_symlinks=False)
         except OSError:
             continue
-        partial = item.name.startswith(".") and f"{SUFFIX}." in item.name  # `_save`'s temporary files
-        if partial and now - stat.st_mtime > ABANDONED_PARTIAL_S:
-            removed.append(Path(item.path))
-        elif item.name.endswith(SUFFIX) and not item.name.startswith("."):
+        if _is_partial(item.name):
+            if now - stat.st_mtime > ABANDONED_PARTIAL_S:
+                doomed.append(Path(item.path))
+        elif item.name.endswith(SUFFIX):
             entries.append((stat.st_mtime, stat.st_size, Path(item.path)))
     total = sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries, key=lambda entry: entry[0]):
         if total <= max_bytes:
             break
-        if keep is not None and path == keep:
-            continue
-        removed.append(path)
-        total -= size
-    for path in removed:
-        path.unlink(missing_ok=True)
+        if path != keep:
+            doomed.append(path)
+            total -= size
+    removed = []
+    for path in doomed:
+        try:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        except OSError as error:
+            log.debug("stored program %s not pruned: %s", path.name, error)
     return removed
-

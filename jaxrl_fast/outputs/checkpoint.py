@@ -405,20 +405,22 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
                 seed: int = 0) -> Callable[[np.ndarray], np.ndarray]:
     """The evaluation policy of a run's newest (or given) checkpoint: observations -> actions.
 
-    It acts as the run's evaluation did: deterministically, or, where the run evaluated with
-    `--eval-policy sampled` (the MiniGrid and Procgen PPO presets), with actions sampled from the
-    policy, a fresh draw each call from a generator seeded by `seed`. `sampled` True or False
-    overrides the run's choice (True needs a policy that samples: PPO's or SAC's).
+    It acts deterministically or, where the run evaluated with `--eval-policy sampled` (the MiniGrid
+    and Procgen PPO presets), with actions sampled from the policy, a fresh draw each call from a
+    generator seeded by `seed`. `sampled` True or False overrides the run's choice (True needs a
+    policy that samples: PPO's or SAC's). A run's `--eval-epsilon` (the Atari presets' 0.05) is not
+    applied: the policy is the greedy one.
 
     Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
     env's action space. A dict-observation env's policy (dm_control) also takes EnvPool's dict, one
     observation or a batch, and flattens it as training did (keys in `spec.obs_keys` order). Needs the run directory only: no environment, trainer or EnvPool pool.
-    Raises CheckpointError for a step that was not saved (listing those that were) and, when
-    called, for observations of another shape (naming the expected one).
+    Raises CheckpointError for a step that was not saved (listing those that were), for
+    `sampled=True` with a deterministic policy, and, when called, for observations of another shape
+    (naming the expected one).
     """
     import orbax.checkpoint as ocp
 
-    from jaxrl_fast.algos import make_algorithm
+    from jaxrl_fast.algos import ALGORITHMS, make_algorithm
     from jaxrl_fast.config.run import config_from_dict, family
     from jaxrl_fast.engine.acting import EvalPayload, deterministic_policy, env_options, sampled_policy
     from jaxrl_fast.ops.normalization import init_moments
@@ -431,6 +433,11 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
     info = json.loads(info_path.read_text())
     config = config_from_dict(info["train_config"])
     spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
+    sampled = config.eval_policy == "sampled" if sampled is None else sampled
+    if sampled and not ALGORITHMS[config.algo].stochastic_policy:
+        samplers = ", ".join(name for name, spec_of in ALGORITHMS.items() if spec_of.stochastic_policy)
+        raise CheckpointError(f"load_policy(..., sampled=True): {config.algo}'s policy is deterministic "
+                              f"(policies that sample: {samplers})")
     with open_read_only(directory) as manager:
         saved = sorted(manager.all_steps())
         if not saved:
@@ -447,9 +454,6 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
         shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
     template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
     payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
-    sampled = config.eval_policy == "sampled" if sampled is None else sampled
-    if sampled and algo.act_sampled is None:
-        raise CheckpointError(f"{config.algo}'s policy is deterministic: load_policy(..., sampled=True) needs PPO's or SAC's")
     if sampled:
         draw = functools.partial(np.random.default_rng(seed).integers, 2**32, dtype=np.uint32)
         sample = jax.jit(functools.partial(sampled_policy(algo, env_options(config)), payload))

@@ -13,7 +13,7 @@ from jaxrl_fast.types import ConfigError
 
 class Result:
     """What a run leaves: `summary` (the dict of RUN_DIR/summary.json), `run_dir`, and `policy`, the
-    evaluation policy as `jaxrl_fast.load_policy(run_dir)` gives it (loaded on first use;
+    policy as `jaxrl_fast.load_policy(run_dir)` gives it (loaded on first use;
     `policies` with --num-seeds: one per agent, from RUN_DIR/seed_<k>)."""
 
     def __init__(self, summary: dict[str, Any], run_dir: Path, num_seeds: int = 1):
