@@ -232,6 +232,19 @@ def test_dqn_trains_on_stored_frames_and_resumes_with_its_replay(tmp_path):
     assert config["env_spec"]["frame_stack"] == 4 and config["env_spec"]["obs_dtype"] == "uint8"
 
 
+def test_procgen_is_made_after_a_plain_import_envpool_that_came_before_qt():
+    """`import envpool` registers every family, and Procgen's module then keeps its failed import
+    of the extension (Qt 5 not yet loaded): the check loads Qt and imports it again."""
+    import subprocess
+    import sys
+
+    script = ("import envpool\n"  # before anything of jaxrl_fast
+              "from jaxrl_fast.env.envpool import probe_spec\n"
+              "print(probe_spec('StarpilotEasy-v0').obs_shape)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "(3, 64, 64)", done.stderr[-2000:]
+
+
 def test_procgen_frames_are_channels_first_rgb_and_take_the_published_ppo_setting():
     spec = probe_spec("StarpilotEasy-v0")  # EnvPool's Procgen loads Qt 5 from the PyQt5-Qt5 wheel here
     assert spec.family == "procgen" and spec.pixels and spec.obs_shape == (3, 64, 64) and spec.frame_stack == 1

@@ -190,7 +190,20 @@ def load_qt_runtime() -> bool:
             ctypes.CDLL(str(lib / name), mode=ctypes.RTLD_GLOBAL)
     except OSError:  # e.g. a system library they need (libGL) missing: Procgen is refused, the rest goes on
         return False
+    retry_procgen_import()
     return True
+
+
+def retry_procgen_import() -> None:
+    """Import EnvPool's Procgen module again where it was imported before Qt 5 was loaded (a plain
+    `import envpool` registers every family, Procgen's module among them, which then keeps its
+    failed import: every Procgen id of the process would be refused). Its extension, never loaded,
+    loads now."""
+    import importlib
+
+    module = sys.modules.get("envpool.procgen")
+    if module is not None and getattr(module, "_PROCGEN_IMPORT_ERROR", None) is not None:
+        importlib.reload(module)
 
 
 @functools.cache
