@@ -12,7 +12,7 @@ from jaxrl_fast.run.evaluation import Evaluator, epsilon_greedy
 from support import make_config, train
 
 
-def constant_policy(payload, obs):
+def constant_policy(payload, obs, seed):
     return np.zeros(obs.shape[0], np.int32)
 
 
@@ -53,10 +53,10 @@ def test_slow_evaluation_never_blocks_requests_and_newest_request_wins():
     started, release = threading.Event(), threading.Event()
     steps = []
 
-    def blocking_policy(payload, obs):
+    def blocking_policy(payload, obs, seed):
         started.set()
         release.wait(60)
-        return constant_policy(payload, obs)
+        return constant_policy(payload, obs, seed)
 
     evaluator = Evaluator("CartPole-v1", 2, 0, blocking_policy, lambda r: steps.append(r.step), 500)
     try:
@@ -75,11 +75,11 @@ def test_slow_evaluation_never_blocks_requests_and_newest_request_wins():
 def test_failing_evaluation_is_logged_and_counted_and_the_thread_survives(caplog):
     calls = []
 
-    def flaky_policy(payload, obs):
+    def flaky_policy(payload, obs, seed):
         calls.append(payload)
         if payload == "bad":
             raise RuntimeError("boom")
-        return constant_policy(payload, obs)
+        return constant_policy(payload, obs, seed)
 
     results = []
     evaluator = Evaluator("CartPole-v1", 2, 0, flaky_policy, results.append, 500)
@@ -109,15 +109,15 @@ def test_training_survives_an_evaluator_that_always_raises(tmp_path, monkeypatch
     assert [line["step"] for line in lines] == [2048, 4096, 6144, 8192]
 
 
-def test_sampled_evaluation_draws_one_seed_per_step_from_its_evaluation_seed_and_step():
+def test_evaluation_draws_one_policy_seed_per_step_from_its_evaluation_seed_and_step():
     seeds = []
 
-    def coin_policy(payload, obs, seed):  # what `sampled_policy` receives: one uint32 per step
+    def coin_policy(payload, obs, seed):  # what a sampling `evaluation_policy` receives: one uint32 per step
         seeds.append(seed)
         return np.full(obs.shape[0], seed % 2, np.int32)
 
     def evaluations(*steps):  # a fresh evaluator, as in a rerun of the same run
-        evaluator = Evaluator("CartPole-v1", 3, 7, coin_policy, lambda r: None, 500, sampled=True)
+        evaluator = Evaluator("CartPole-v1", 3, 7, coin_policy, lambda r: None, 500)
         try:
             runs = []
             for step in steps:
@@ -141,7 +141,7 @@ def test_sampled_evaluation_draws_one_seed_per_step_from_its_evaluation_seed_and
 ])
 def test_sampled_policies_draw_from_the_algorithms_distributions(algo_name, env_id, sde):
     from jaxrl_fast.algos import make_algorithm
-    from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, sampled_policy
+    from jaxrl_fast.engine.acting import EnvOptions, EvalPayload, evaluation_policy
     from jaxrl_fast.networks.heads import make_policy_network
     from jaxrl_fast.ops.normalization import init_moments
 
@@ -153,7 +153,7 @@ def test_sampled_policies_draw_from_the_algorithms_distributions(algo_name, env_
     if spec.discrete:  # away from the near-uniform first policy, so the frequencies tell
         params = jax.tree.map(lambda x: 30.0 * x, params)
     payload = EvalPayload(params, init_moments(spec.obs_shape))
-    act = jax.jit(sampled_policy(algo, EnvOptions(False, False, 0.99)))
+    act = jax.jit(evaluation_policy(algo, EnvOptions(False, False, 0.99), sampled=True))
     obs = np.tile(np.linspace(-0.5, 0.5, spec.obs_shape[0], dtype=np.float32), (20_000, 1))  # one state
     draws = np.asarray(act(payload, obs, np.uint32(3)))
     np.testing.assert_array_equal(draws, np.asarray(act(payload, obs, np.uint32(3))))  # the seed's draws

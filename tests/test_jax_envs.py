@@ -62,13 +62,13 @@ def test_a_terminal_step_is_terminated_and_the_episode_restarts_from_its_own_see
 def test_evaluation_episodes_played_in_one_program_equal_the_host_loops():
     pool = make_pool(CARTPOLE, num_envs=6, num_threads=1, seed=11)
 
-    def policy(weights, obs):  # a fixed linear policy: some episodes fail early, some last longer
+    def policy(weights, obs, seed):  # a fixed linear policy: some episodes fail early, some last longer
         return (obs @ weights > 0).astype(jnp.int32)
 
     weights = np.array([0.0, 0.3, 1.0, 0.2], np.float32)
     returns, lengths = pool.play(policy, weights)
     host = make_pool(CARTPOLE, num_envs=6, num_threads=1, seed=11)  # its first reset: the same starts
-    host_returns, host_lengths = run_episodes(host, lambda obs: np.asarray(policy(weights, obs)), 500)
+    host_returns, host_lengths = run_episodes(host, lambda obs: np.asarray(policy(weights, obs, 0)), 500)
     np.testing.assert_array_equal(lengths, host_lengths)
     np.testing.assert_allclose(returns, host_returns)
     assert len(set(lengths.tolist())) > 1  # the envs played different episodes
@@ -91,7 +91,7 @@ def test_skipping_resets_in_steps_that_need_none_changes_no_result():
 
 
 def test_each_evaluation_starts_new_episodes_and_is_reproducible():
-    def policy(weights, obs):
+    def policy(weights, obs, seed):
         return (obs @ weights > 0).astype(jnp.int32)
 
     weights = np.array([0.0, 0.3, 1.0, 0.2], np.float32)
@@ -102,6 +102,28 @@ def test_each_evaluation_starts_new_episodes_and_is_reproducible():
         runs.append([pool.play(policy, weights)[1] for _ in range(3)])
     np.testing.assert_array_equal(runs[0], runs[1])  # a fresh pool replays the same evaluations
     assert not np.array_equal(runs[0][0], runs[0][1])  # the next evaluation plays other starts
+
+
+def test_a_sampling_evaluation_plays_in_one_program_from_its_evaluation_seed_and_step():
+    from jaxrl_fast.run.evaluation import Evaluator
+
+    def coin(payload, obs, seed):  # each step's seed decides every env's action
+        return (seed % 2).astype(jnp.int32) * jnp.ones(obs.shape[0], jnp.int32)
+
+    def on_the_host(payload, obs, seed):
+        raise AssertionError("a JAX-native evaluation plays in one program, not step by step")
+
+    def evaluations(*steps):  # a fresh evaluator, as in a rerun of the same run
+        evaluator = Evaluator(CARTPOLE, 4, 7, on_the_host, lambda r: None, 500, traceable_policy=coin)
+        try:
+            return [evaluator.evaluate(None, step).lengths for step in steps]
+        finally:
+            evaluator.close()
+
+    (first,), (again, other) = evaluations(5), evaluations(5, 6)
+    np.testing.assert_array_equal(first, again)  # a rerun's evaluation acts the same
+    assert not np.array_equal(first, other)  # another step, another stream
+    assert first.mean() > 12  # a fair coin each step keeps the pole up longer than always pushing one way (~9)
 
 
 def test_agents_envs_are_seeded_as_their_single_runs():

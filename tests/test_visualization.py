@@ -20,7 +20,7 @@ pytest.importorskip("imageio_ffmpeg", reason="videos need the video extra: pip i
 CARTPOLE_FRAME = (600, 400)  # (width, height) EnvPool renders CartPole-v1 at
 
 
-def push_left(payload, obs):
+def push_left(payload, obs, seed):
     return np.zeros(obs.shape[0], np.int32)
 
 

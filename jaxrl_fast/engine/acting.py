@@ -65,24 +65,19 @@ def observe(options: EnvOptions, moments: RunningMoments, obs: jax.Array) -> jax
     return normalize(moments, obs) if options.normalize_observations else obs
 
 
-def deterministic_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayload, jax.Array], jax.Array]:
-    """The deterministic evaluation policy (evaluation's and `load_policy`'s by default):
-    `(payload, obs [B, ...]) -> env actions [B, ...]`, the algorithm's deterministic action on
-    observations normalised as in training."""
-
-    def act(payload: EvalPayload, obs: jax.Array) -> jax.Array:
-        return algo.act_deterministic(payload.policy, observe(options, payload.obs_moments, obs))
-
-    return act
-
-
-def sampled_policy(algo: Any, options: EnvOptions) -> Callable[[EvalPayload, jax.Array, jax.Array], jax.Array]:
-    """Evaluation with `--eval-policy sampled`: `(payload, obs [B, ...], seed uint32) -> env actions
-    [B, ...]`, drawn from the algorithm's policy distribution with the key of `seed` (the evaluator
-    draws one per step from its evaluation's seed)."""
+def evaluation_policy(algo: Any, options: EnvOptions, sampled: bool = False
+                      ) -> Callable[[EvalPayload, jax.Array, jax.Array], jax.Array]:
+    """The evaluation policy (the evaluator's and `load_policy`'s): `(payload, obs [B, ...], seed
+    uint32) -> env actions [B, ...]` on observations normalised as in training. The algorithm's
+    deterministic action, `seed` unused; with `sampled` (`--eval-policy sampled`), an action drawn
+    from its policy's distribution with the key of `seed` (the evaluator draws one per step from
+    its evaluation's seed)."""
 
     def act(payload: EvalPayload, obs: jax.Array, seed: jax.Array) -> jax.Array:
-        return algo.act_sampled(payload.policy, observe(options, payload.obs_moments, obs), jax.random.key(seed))
+        obs = observe(options, payload.obs_moments, obs)
+        if sampled:
+            return algo.act_sampled(payload.policy, obs, jax.random.key(seed))
+        return algo.act_deterministic(payload.policy, obs)
 
     return act
 

@@ -259,19 +259,22 @@ def start_keys(seeds: np.ndarray, round: int = 0) -> jax.Array:
 
 @functools.lru_cache(maxsize=None)
 def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: Callable) -> Callable:
-    """`(payload, start keys [N]) -> (returns, lengths)`: one episode per env from its reset, acted by
-    `policy(payload, obs)`, in one jitted program; one per env, options and policy, so the
-    evaluators of `--num-seeds` agents share it."""
+    """`(payload, start keys [N], seed uint32) -> (returns, lengths)`: one episode per env from its
+    reset, acted by `policy(payload, obs, step seed)`, in one jitted program, each step's uint32 seed
+    drawn from `seed` (a sampling policy's; a deterministic one ignores it); one program per env,
+    options and policy, so the evaluators of `--num-seeds` agents share it."""
     reset, step = env_functions(env_id, dict(options))
     max_steps = functional(env_id, options).max_steps
 
-    def episodes(payload: Any, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def episodes(payload: Any, keys: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
         obs, batch = reset(keys)
         n = keys.shape[0]
+        stream = jax.random.key(seed)
 
         def body(carry):
             t, obs, batch, returns, lengths, running = carry
-            batch, out = step(batch, policy(payload, obs))
+            step_seed = jax.random.bits(jax.random.fold_in(stream, t), (), jnp.uint32)
+            batch, out = step(batch, policy(payload, obs, step_seed))
             returns = returns + jnp.where(running, out.reward, 0.0)
             lengths = lengths + running.astype(jnp.int32)
             return t + 1, out.obs, batch, returns, lengths, running & ~(out.terminated | out.truncated)
@@ -311,14 +314,15 @@ class JaxEnvPool:
         out = jax.device_get(out)
         return out.obs, out.reward, out.terminated, out.truncated, {"elapsed_step": out.elapsed_step}
 
-    def play(self, policy: Callable[[Any, jax.Array], jax.Array], payload: Any,
+    def play(self, policy: Callable[[Any, jax.Array, jax.Array], jax.Array], payload: Any, seed: Any = 0,
              count: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """One episode in each env from a reset, acted by `policy(payload, obs) -> actions`, in one
-        jitted program (`episodes_program`): what `evaluation.run_episodes` does step by step from
-        the host, at the cost of one call. Returns (returns, lengths) per env. `count=False` plays
-        without counting a reset (the evaluator's compile-ahead call)."""
+        """One episode in each env from a reset, acted by `policy(payload, obs, step seed) -> actions`
+        in one jitted program (`episodes_program`, its step seeds drawn from `seed`): what
+        `evaluation.run_episodes` does step by step from the host, at the cost of one call. Returns
+        (returns, lengths) per env. `count=False` plays without counting a reset (the evaluator's
+        compile-ahead call)."""
         program = episodes_program(self.env_id, self.options, policy)
-        returns, lengths = jax.device_get(program(payload, start_keys(self.seeds, self.resets)))
+        returns, lengths = jax.device_get(program(payload, start_keys(self.seeds, self.resets), np.uint32(seed)))
         self.resets += count
         return np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
 

@@ -18,7 +18,7 @@ from jaxrl_fast.config.plan import Plan, run_off_policy_plan
 from jaxrl_fast.config.run import EVAL_SEED_OFFSET, TrainConfig, family, run_dict
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
-from jaxrl_fast.engine.acting import agent_part, deterministic_policy, env_options, sampled_policy
+from jaxrl_fast.engine.acting import agent_part, env_options, evaluation_policy
 from jaxrl_fast.engine.program_store import package_version
 from jaxrl_fast.engine.schedules import Context, Schedule, make_schedule
 from jaxrl_fast.engine.sharding import AXIS, local_shards, make_sharded_env
@@ -232,8 +232,7 @@ def build(resolved: ResolvedRun) -> Run:
     progress = ProgressDisplay(plan.total_steps, config.progress if primary else "off")
     board = EvalBoard(progress, agents)
     clock = RunClock(resumed_at_s(run_dir, restored))
-    sampled = config.eval_policy == "sampled"
-    traceable_policy = (sampled_policy if sampled else deterministic_policy)(algo, env_options(config))
+    traceable_policy = evaluation_policy(algo, env_options(config), sampled=config.eval_policy == "sampled")
     policy = jax.jit(traceable_policy)
     seeds = []
     for seed in opened:
@@ -244,10 +243,10 @@ def build(resolved: ResolvedRun) -> Run:
         report = Report(seed.config, own_dir, seed.restored, functools.partial(board.show, seed.index), clock)
         evaluator = Evaluator(
             config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
-            lambda payload, *inputs: np.asarray(policy(payload, *inputs)), report.evaluation, resolved.spec.max_episode_steps,
+            lambda payload, obs, seed: np.asarray(policy(payload, obs, seed)), report.evaluation, resolved.spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
             evaluation_options(pool_options), config.eval_epsilon, functools.partial(random_actions_np, resolved.spec),
-            traceable_policy, sampled,
+            traceable_policy,
         )
         seeds.append(SeedRun(*seed, report, evaluator))
 

@@ -19,7 +19,6 @@ and counted, and the evaluation goes on without its video.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import threading
 import time
@@ -108,6 +107,11 @@ def epsilon_greedy(policy: Callable[[np.ndarray], np.ndarray], epsilon: float,
     return act
 
 
+def draw_seed(rng: np.random.Generator) -> np.uint32:
+    """A policy's seed for one step (or one in-program evaluation) from the evaluation's stream."""
+    return rng.integers(2**32, dtype=np.uint32)
+
+
 def on_host_device(tree: Any) -> Any:
     """`tree` committed to the host's first CPU device, as the evaluator acts on every payload: a
     training program's `io_callback` hands it committed arrays there, the host numpy arrays, and
@@ -133,8 +137,9 @@ class Evaluator:
     Args:
       env_id, seed: the evaluation pool is `num_episodes` envs of `env_id`, seeded apart from
         the training envs.
-      policy: `(payload, obs [N, ...] float32) -> env actions` (with `sampled`, also a seed: below);
-        jitted by the caller.
+      policy: `(payload, obs [N, ...] float32, seed uint32) -> env actions`, jitted by the caller;
+        `seed` is drawn each step from a generator seeded by (seed, step), for a policy that samples
+        (`--eval-policy sampled`), and a deterministic one ignores it.
       on_result: called in the evaluator thread with each `EvalResult`.
       max_episode_steps: bound on an evaluation's length.
       video: which evaluations to film (None: none); the pool is then made renderable.
@@ -142,9 +147,8 @@ class Evaluator:
       epsilon, random_actions: with epsilon > 0, each step's action is `random_actions(rng, n)`'s
         with that probability (`epsilon_greedy`), from a generator seeded by (seed, step).
       traceable_policy: `policy` before jit. A pool that plays whole episodes in one program (the
-        JAX-native backend's `play`) then runs the evaluation there, without a host call per step.
-      sampled: `policy` is `(payload, obs, seed) -> env actions`, sampling with the key of `seed`, a
-        uint32 drawn each step from a generator seeded by (seed, step); episodes are stepped on the host.
+        JAX-native backend's `play`) then runs the evaluation there, without a host call per step
+        (its per-step seeds drawn inside the program from one seed of (seed, step)).
     """
 
     def __init__(
@@ -152,20 +156,17 @@ class Evaluator:
         env_id: str,
         num_episodes: int,
         seed: int,
-        policy: Callable[[Any, np.ndarray], np.ndarray],
+        policy: Callable[[Any, np.ndarray, np.uint32], np.ndarray],
         on_result: Callable[[EvalResult], None],
         max_episode_steps: int,
         video: VideoPlan | None = None,
         options: dict[str, Any] | None = None,
         epsilon: float = 0.0,
         random_actions: Callable[[np.random.Generator, int], np.ndarray] | None = None,
-        traceable_policy: Callable[[Any, Any], Any] | None = None,
-        sampled: bool = False,
+        traceable_policy: Callable[[Any, Any, Any], Any] | None = None,
     ):
         if epsilon > 0 and random_actions is None:
             raise ValueError("an evaluation epsilon needs the env's random actions")
-        if epsilon > 0 and sampled:
-            raise ValueError("an evaluation acts epsilon-greedy or sampled, not both")
         options = options or {}
         if video is None:
             self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed, **options)
@@ -176,9 +177,8 @@ class Evaluator:
         self._policy = policy
         self._on_result = on_result
         self._max_steps = max_episode_steps
-        self._seed, self._epsilon, self._random_actions, self._sampled = seed, epsilon, random_actions, sampled
-        in_program = (traceable_policy is not None and hasattr(self._pool, "play") and video is None and epsilon == 0
-                      and not sampled)
+        self._seed, self._epsilon, self._random_actions = seed, epsilon, random_actions
+        in_program = traceable_policy is not None and hasattr(self._pool, "play") and video is None and epsilon == 0
         self._traceable_policy = traceable_policy if in_program else None
         self._lock = threading.Lock()
         self._pool_lock = threading.Lock()  # the thread and a final `evaluate` share the pool
@@ -216,9 +216,9 @@ class Evaluator:
             try:
                 if self._traceable_policy is not None:  # the whole episodes' program
                     with self._pool_lock:
-                        self._pool.play(self._traceable_policy, zeros, count=False)
+                        self._pool.play(self._traceable_policy, zeros, np.uint32(0), count=False)
                     return
-                self._policy(zeros, obs, np.uint32(0)) if self._sampled else self._policy(zeros, obs)
+                self._policy(zeros, obs, np.uint32(0))
             except Exception as error:  # the first evaluation compiles it then, and reports what fails
                 log.debug("compiling the evaluation policy ahead failed: %s", error)
 
@@ -264,10 +264,11 @@ class Evaluator:
             if self._video is not None and (final or self._video.records(index, step)):
                 recorder = EpisodeRecorder(self._pool, video_path(self._video.run_dir, step))
             try:
+                seeds = np.random.default_rng([self._seed, step])  # the evaluation's random stream
                 if self._traceable_policy is not None:
-                    returns, lengths = self._pool.play(self._traceable_policy, payload)
+                    returns, lengths = self._pool.play(self._traceable_policy, payload, draw_seed(seeds))
                 else:
-                    returns, lengths = run_episodes(self._pool, self._acting(payload, step), self._max_steps,
+                    returns, lengths = run_episodes(self._pool, self._acting(payload, seeds), self._max_steps,
                                                     on_frame=recorder.capture if recorder else None)
             except BaseException:
                 if recorder is not None:
@@ -277,12 +278,12 @@ class Evaluator:
                 self._keep_video(recorder)
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
 
-    def _acting(self, payload: Any, step: int) -> Callable[[np.ndarray], np.ndarray]:
-        """What acts in the evaluation at `step`: the policy, epsilon-greedy or sampled when asked."""
-        rng = np.random.default_rng([self._seed, step])
-        if self._sampled:
-            return lambda obs: self._policy(payload, obs, rng.integers(2**32, dtype=np.uint32))
-        policy = functools.partial(self._policy, payload)
+    def _acting(self, payload: Any, rng: np.random.Generator) -> Callable[[np.ndarray], np.ndarray]:
+        """What acts in an evaluation: the policy, given a seed per step from `rng`, epsilon-greedy when asked."""
+
+        def policy(obs: np.ndarray) -> np.ndarray:
+            return self._policy(payload, obs, draw_seed(rng))
+
         if self._epsilon == 0:
             return policy
         return epsilon_greedy(policy, self._epsilon, self._random_actions, rng)

@@ -174,11 +174,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         has at that state, drawn afresh each step)."""
         if spec.discrete:
             return dist.categorical_sample(key, policy_net.apply(actor_params, obs))
-        if config.use_sde:
-            mean, features, sde_log_std = policy_net.apply(actor_params, obs)
-            log_std = dist.sde_log_std(features, sde_log_std)
-        else:
-            mean, log_std = policy_net.apply(actor_params, obs)
+        mean, log_std = gaussian_params(policy_net, config, actor_params, obs)
         return jnp.clip(dist.gaussian_sample(key, mean, log_std), low, high)
 
     update = make_update(config, optimizer, make_loss(config, spec, policy_net, value_net), value_net, batch_size, axis_name,
