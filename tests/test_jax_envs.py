@@ -120,10 +120,26 @@ def test_a_sampling_evaluation_plays_in_one_program_from_its_evaluation_seed_and
         finally:
             evaluator.close()
 
-    (first,), (again, other) = evaluations(5), evaluations(5, 6)
+    (first,), (again,), (other,) = evaluations(5), evaluations(5), evaluations(6)  # each a first evaluation: the same starts
     np.testing.assert_array_equal(first, again)  # a rerun's evaluation acts the same
     assert not np.array_equal(first, other)  # another step, another stream
     assert first.mean() > 12  # a fair coin each step keeps the pole up longer than always pushing one way (~9)
+
+
+def test_ppo_sampled_evaluation_policy_plays_in_one_program_drawing_from_its_seed():
+    from jaxrl_fast.algos import make_algorithm
+    from jaxrl_fast.engine.acting import EvalPayload, evaluation_policy
+    from jaxrl_fast.ops.normalization import init_moments
+
+    pool = make_pool(CARTPOLE, num_envs=8, num_threads=1, seed=3)
+    algo = make_algorithm(make_config(CARTPOLE, "ppo"), pool.spec)
+    payload = EvalPayload(algo.policy_params(algo.init(jax.random.key(0))), init_moments(pool.spec.obs_shape))
+    sampled = evaluation_policy(algo, EnvOptions(False, False, 0.99), sampled=True)
+    greedy = evaluation_policy(algo, EnvOptions(False, False, 0.99))
+    play = lambda policy, seed: pool.play(policy, payload, seed, count=False)[1]  # noqa: E731  the same starts
+    np.testing.assert_array_equal(play(sampled, 3), play(sampled, 3))  # the seed's draws
+    assert not np.array_equal(play(sampled, 3), play(sampled, 4))
+    np.testing.assert_array_equal(play(greedy, 3), play(greedy, 4))  # the greedy policy ignores the seed
 
 
 def test_agents_envs_are_seeded_as_their_single_runs():

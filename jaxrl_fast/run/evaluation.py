@@ -145,7 +145,8 @@ class Evaluator:
       video: which evaluations to film (None: none); the pool is then made renderable.
       options: EnvPool options of the evaluation pool (`env.evaluation_options` of the training ones).
       epsilon, random_actions: with epsilon > 0, each step's action is `random_actions(rng, n)`'s
-        with that probability (`epsilon_greedy`), from a generator seeded by (seed, step).
+        with that probability (`epsilon_greedy`), from a generator seeded by (seed, step); for a
+        deterministic policy (the run's checks refuse epsilon beside a sampling one).
       traceable_policy: `policy` before jit. A pool that plays whole episodes in one program (the
         JAX-native backend's `play`) then runs the evaluation there, without a host call per step
         (its per-step seeds drawn inside the program from one seed of (seed, step)).
@@ -264,11 +265,11 @@ class Evaluator:
             if self._video is not None and (final or self._video.records(index, step)):
                 recorder = EpisodeRecorder(self._pool, video_path(self._video.run_dir, step))
             try:
-                seeds = np.random.default_rng([self._seed, step])  # the evaluation's random stream
+                seeds = np.random.default_rng([self._seed, step])  # the policy's stream of this evaluation
                 if self._traceable_policy is not None:
                     returns, lengths = self._pool.play(self._traceable_policy, payload, draw_seed(seeds))
                 else:
-                    returns, lengths = run_episodes(self._pool, self._acting(payload, seeds), self._max_steps,
+                    returns, lengths = run_episodes(self._pool, self._acting(payload, seeds, step), self._max_steps,
                                                     on_frame=recorder.capture if recorder else None)
             except BaseException:
                 if recorder is not None:
@@ -278,15 +279,17 @@ class Evaluator:
                 self._keep_video(recorder)
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
 
-    def _acting(self, payload: Any, rng: np.random.Generator) -> Callable[[np.ndarray], np.ndarray]:
-        """What acts in an evaluation: the policy, given a seed per step from `rng`, epsilon-greedy when asked."""
+    def _acting(self, payload: Any, seeds: np.random.Generator, step: int) -> Callable[[np.ndarray], np.ndarray]:
+        """What acts in the evaluation at `step`: the policy, given a seed per step from `seeds`,
+        epsilon-greedy when asked, from a stream of its own (also seeded by (seed, step), so neither
+        stream moves the other's draws)."""
 
         def policy(obs: np.ndarray) -> np.ndarray:
-            return self._policy(payload, obs, draw_seed(rng))
+            return self._policy(payload, obs, draw_seed(seeds))
 
         if self._epsilon == 0:
             return policy
-        return epsilon_greedy(policy, self._epsilon, self._random_actions, rng)
+        return epsilon_greedy(policy, self._epsilon, self._random_actions, np.random.default_rng([self._seed, step]))
 
     def _keep_video(self, recorder: EpisodeRecorder) -> None:
         path = recorder.finish()
