@@ -107,3 +107,23 @@ def test_collect_statistics_match_stepwise_tracking_on_cartpole():
         np.testing.assert_array_equal(carry.episodes.episode_length, episodes.episode_length)
         np.testing.assert_array_equal(carry.episodes.reset_step, episodes.reset_step)
     env.pool.close()
+
+
+def test_scaled_rewards_are_clipped_in_the_rollout_only_when_asked():
+    rewards = []
+    for clip in (0.0, 2.0):
+        env = make_xla_env("CartPole-v1", num_envs=4, num_threads=1, seed=3)
+        options = EnvOptions(normalize_observations=False, scale_rewards=True, gamma=0.99, scaled_reward_clip=clip)
+        collect = make_collect(env, options, length=20)
+
+        def policy(obs, key):
+            action = jax.random.randint(key, (obs.shape[0],), 0, 2)
+            return Act(action, action, ())
+
+        carry = init_env_carry(env, options, env.handle, env.reset())
+        _, tr, _ = jax.jit(lambda c, k: collect(c, policy, k))(carry, jax.random.key(0))  # noqa: B023
+        rewards.append(np.asarray(tr.reward)[np.asarray(tr.valid)])
+        env.pool.close()
+    unclipped, clipped = rewards
+    assert unclipped.max() > 100  # CartPole's first rewards of 1, scaled while the return's deviation is ~0
+    np.testing.assert_array_equal(clipped, np.minimum(unclipped, 2.0))  # the statistics are the same: only the clip differs

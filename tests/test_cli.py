@@ -80,7 +80,7 @@ def flags_without_description(text):
                                        ("td3", "Pendulum-v1")])
 def test_help_lists_the_run_flags_and_only_the_chosen_algorithms_group_each_described(capsys, monkeypatch, algo, env):
     monkeypatch.setenv("COLUMNS", "80")
-    assert len(help_text(capsys, "--algo", algo, "--env", env).splitlines()) < 210  # was 294 with every group; 205 for SAC with --env-kwargs and --sac.encoder
+    assert len(help_text(capsys, "--algo", algo, "--env", env).splitlines()) < 215  # was 294 with every group; 205 for SAC with --env-kwargs and --sac.encoder, 210 with --scaled-reward-clip
     monkeypatch.setenv("COLUMNS", "400")
     text = help_text(capsys, "--algo", algo, "--env", env)
     assert text.splitlines()[0].startswith("usage: python -m jaxrl_fast.train ")
@@ -121,6 +121,8 @@ def test_a_flag_of_another_algorithm_is_refused(tmp_path):
         (["--env", "FrozenLake-v1", "--video-interval", "1"], "--video-interval: FrozenLake-v1 cannot be rendered here"),
         (["--algo", "dqn", "--eval-policy", "sampled"], "dqn's policy is deterministic (sampled: ppo, sac)"),
         (["--eval-policy", "sampled", "--eval-epsilon", "0.05"], "give one (add --eval-epsilon 0"),
+        (["--scaled-reward-clip", "10"], "clips scaled rewards; add --scale-rewards"),
+        (["--scale-rewards", "--scaled-reward-clip", "-1"], "--scaled-reward-clip must be 0 (no clip) or positive"),
     ],
 )
 def test_bad_input_gets_a_one_line_error_and_writes_nothing(tmp_path, capsys, args, message):

@@ -31,3 +31,14 @@ def test_reward_scale_skips_reset_steps_and_restarts_returns_at_episode_end():
     scale, scaled = scale_rewards(scale, reward, done=np.array([False, False]), valid=np.array([True, True]), gamma=0.9)
     np.testing.assert_allclose(scale.discounted_return, [1.0, 5.0])
     np.testing.assert_allclose(scaled, reward / np.sqrt(scale.moments.var + 1e-8), rtol=1e-6)
+
+
+def test_scaled_rewards_are_clipped_when_asked_as_sb3_and_cleanrl_clip_them():
+    # a first step of equal rewards: the return's deviation is still ~0, so -1 alone scales to ~-280
+    n = 16
+    first = (init_reward_scale(n), -np.ones(n, np.float32), np.zeros(n, bool), np.ones(n, bool), 0.99)
+    scale, unclipped = scale_rewards(*first)
+    assert (unclipped < -100).all()
+    clipped_scale, clipped = scale_rewards(*first, clip=10.0)
+    np.testing.assert_array_equal(clipped, np.full(n, -10.0, np.float32))
+    jax.tree.map(np.testing.assert_array_equal, clipped_scale, scale)  # the statistics see the raw reward

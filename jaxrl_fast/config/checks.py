@@ -47,6 +47,7 @@ def size_errors(config: TrainConfig) -> list[str]:
         (config.eval_interval >= 0, f"--eval-interval must be 0 (final evaluation only) or positive, got {config.eval_interval}"),
         (config.eval_episodes > 0, f"--eval-episodes must be positive, got {config.eval_episodes}"),
         (0.0 <= config.eval_epsilon < 1.0, f"--eval-epsilon must be in [0, 1), got {config.eval_epsilon}"),
+        (config.scaled_reward_clip >= 0, f"--scaled-reward-clip must be 0 (no clip) or positive, got {config.scaled_reward_clip}"),
         (config.video_interval >= 0, f"--video-interval must be 0 (no videos) or positive, got {config.video_interval}"),
         (config.log_interval > 0, f"--log-interval must be positive, got {config.log_interval}"),
         (config.dispatch_steps >= 0, f"--dispatch-steps must be 0 (auto) or positive, got {config.dispatch_steps}"),
@@ -83,6 +84,8 @@ def combination_errors(config: TrainConfig) -> list[str]:
          f"--eval-policy sampled draws from a policy's distribution, and {config.algo}'s policy is deterministic "
          f"(sampled: {', '.join(name for name, spec in ALGORITHMS.items() if spec.stochastic_policy)}); "
          "evaluate it with --eval-epsilon instead"),
+        (config.scaled_reward_clip == 0 or config.scale_rewards,
+         f"--scaled-reward-clip {config.scaled_reward_clip:g} clips scaled rewards; add --scale-rewards to scale them"),
         (config.eval_policy == "deterministic" or config.eval_epsilon == 0,
          f"--eval-policy sampled and --eval-epsilon {config.eval_epsilon:g} (the Atari presets set 0.05) are two ways "
          "to evaluate a noisy policy; give one (add --eval-epsilon 0 to sample)"),

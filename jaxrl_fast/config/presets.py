@@ -18,7 +18,7 @@ from jaxrl_fast.config.run import ALGOS, OFF_POLICY, RunConfig, TrainConfig
 from jaxrl_fast.types import ConfigError
 
 # Family-level keys that only the on-policy algorithm uses: replay buffers keep raw observations and rewards.
-ON_POLICY_ONLY = ("normalize_observations", "scale_rewards")
+ON_POLICY_ONLY = ("normalize_observations", "scale_rewards", "scaled_reward_clip")
 
 
 class PresetError(ConfigError):

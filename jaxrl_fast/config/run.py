@@ -48,6 +48,8 @@ class RunConfig:
     """Normalize observations with running statistics (part of the run state)."""
     scale_rewards: bool = False
     """Divide rewards by the running std of the discounted return (part of the run state)."""
+    scaled_reward_clip: float = 0.0
+    """With --scale-rewards: clip scaled rewards to ±C, as SB3 and CleanRL do (10); 0: no clip (every preset)."""
     run_dir: Path | None = None
     """Output directory; default runs/<env>__<algo>__<seed>__<time>."""
     target_return: float | None = None

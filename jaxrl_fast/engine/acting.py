@@ -32,12 +32,14 @@ class EnvOptions(NamedTuple):
     scale_rewards: bool
     gamma: float  # discount of the return whose std scales rewards
     axis_name: str | None = None  # data parallelism: the shard_map axis the envs are split over (statistics span it)
+    scaled_reward_clip: float = 0.0  # clip scaled rewards to ±this (0: no clip)
 
 
 def env_options(config: Any) -> EnvOptions:
     """The adapter's options of a run (`TrainConfig`); the algorithm's discount scales rewards."""
     hyper = getattr(config, config.algo)
-    return EnvOptions(config.normalize_observations, config.scale_rewards, getattr(hyper, "gamma", 0.99))
+    return EnvOptions(config.normalize_observations, config.scale_rewards, getattr(hyper, "gamma", 0.99),
+                      scaled_reward_clip=config.scaled_reward_clip)
 
 
 class EvalPayload(NamedTuple):
@@ -174,7 +176,8 @@ def make_collect(env: BatchedEnv, options: EnvOptions, length: int, num_agents: 
         done = step.terminated | step.truncated
         reward, reward_scale = step.reward, carry.reward_scale
         if options.scale_rewards:
-            reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma, options.axis_name)
+            reward_scale, reward = scale_rewards(reward_scale, step.reward, done, valid, options.gamma, options.axis_name,
+                                                 options.scaled_reward_clip or None)
         moments = carry.obs_moments
         if options.normalize_observations:
             moments = update_moments(moments, step.obs, axis_name=options.axis_name)

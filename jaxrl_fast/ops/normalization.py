@@ -57,14 +57,20 @@ def init_reward_scale(num_envs: int) -> RewardScale:
 
 
 def scale_rewards(
-    scale: RewardScale, reward: jax.Array, done: jax.Array, valid: jax.Array, gamma: float, axis_name: str | None = None
+    scale: RewardScale, reward: jax.Array, done: jax.Array, valid: jax.Array, gamma: float, axis_name: str | None = None,
+    clip: float | None = None,
 ) -> tuple[RewardScale, jax.Array]:
-    """Update with one batched step and return the scaled rewards `[num_envs]`.
+    """Update with one batched step and return the scaled rewards `[num_envs]`, clipped to ±`clip` if given.
 
-    `valid` is False on EnvPool's reset steps, which are no transitions and are left out. With
-    `axis_name`, the return's moments are every shard's (`update_moments`).
+    SB3's `VecNormalize` and CleanRL clip at 10: before the return's deviation has grown (a run's
+    first steps, a sparse reward's first successes) a reward is scaled by up to hundreds
+    (`experiments/reward_clip_engagement.py`); the presets do not clip (docs/benchmark.md). `valid`
+    is False on EnvPool's reset steps, which are no transitions and are left out. With `axis_name`,
+    the return's moments are every shard's (`update_moments`).
     """
     ret = jnp.where(valid, scale.discounted_return * gamma + reward, scale.discounted_return)
     moments = update_moments(scale.moments, ret, valid, axis_name)
     scaled = reward / jnp.sqrt(moments.var + 1e-8)
+    if clip is not None:
+        scaled = jnp.clip(scaled, -clip, clip)
     return RewardScale(jnp.where(done, 0.0, ret), moments), scaled
