@@ -1,15 +1,16 @@
 """How often scaled rewards pass ±10 (where SB3's `VecNormalize` and CleanRL clip them) early in a run.
 
-Every preset that sets `scale_rewards` divides each reward by the running standard deviation of the
+A preset that sets `scale_rewards` divides each reward by the running standard deviation of the
 discounted return (`jaxrl_fast.ops.normalization.scale_rewards`). Before that deviation has grown (a
 run's first steps; a sparse reward's first successes) a reward can be scaled far past ±10. This
-script steps each such preset's envs (its `num_envs` and discount) with uniformly random actions,
+script steps the envs of the suites' PPO tasks that scale rewards (the preset's `num_envs` and
+discount; PQN's Procgen preset and MuJoCo's other tasks scale rewards too) with uniformly random actions,
 scales the rewards exactly as training does (EnvPool's reset steps left out), and counts the scaled
 rewards beyond ±10: how many, in which env steps, and the largest. Random actions stand for a
 run's first policy, the regime where the deviation is small; a learning policy meets its first
 sparse successes later, when the deviation of its failures' returns has long settled.
 
-    python experiments/reward_clip_engagement.py                     # every preset that scales rewards
+    python experiments/reward_clip_engagement.py                     # every task below
     python experiments/reward_clip_engagement.py --steps 200000 --envs Acrobot-v1,MountainCar-v0
 
 Writes `experiments/results/reward_clip_engagement.json` (`--out`) and prints one line per env.
@@ -28,7 +29,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 CLIP = 10.0
 
-# (algo, env id): each preset whose `scale_rewards` is on (envs/*.toml, envs/defaults.toml)
+# (algo, env id): the benchmark suites' PPO tasks whose presets turn `scale_rewards` on
 PRESETS = [
     ("ppo", "Acrobot-v1"), ("ppo", "MountainCar-v0"), ("ppo", "MountainCarContinuous-v0"),
     ("ppo", "BipedalWalker-v3"),

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_fast.engine.acting import EnvOptions, init_env_carry, make_collect, step_keys
+from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect, step_keys
 from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.env.episodes import EpisodeState, init_episode_state, track_episodes, track_rollout_episodes
 from jaxrl_fast.types import Act, Step
@@ -127,3 +127,13 @@ def test_scaled_rewards_are_clipped_in_the_rollout_only_when_asked():
     unclipped, clipped = rewards
     assert unclipped.max() > 100  # CartPole's first rewards of 1, scaled while the return's deviation is ~0
     np.testing.assert_array_equal(clipped, np.minimum(unclipped, 2.0))  # the statistics are the same: only the clip differs
+
+
+def test_a_runs_scaled_reward_clip_reaches_its_rollout_and_no_preset_sets_it():
+    from support import make_config
+
+    for env, algo in [("MountainCar-v0", "ppo"), ("MiniGrid-KeyCorridorS3R1-v0", "ppo"), ("HalfCheetah-v4", "ppo"),
+                      ("BipedalWalker-v3", "ppo"), ("StarpilotEasy-v0", "pqn")]:
+        preset = make_config(env, algo)
+        assert preset.scale_rewards and preset.scaled_reward_clip == 0 and env_options(preset).scaled_reward_clip == 0
+    assert env_options(make_config("MountainCar-v0", "ppo", scaled_reward_clip=10.0)).scaled_reward_clip == 10.0

@@ -121,7 +121,7 @@ def test_a_flag_of_another_algorithm_is_refused(tmp_path):
         (["--env", "FrozenLake-v1", "--video-interval", "1"], "--video-interval: FrozenLake-v1 cannot be rendered here"),
         (["--algo", "dqn", "--eval-policy", "sampled"], "dqn's policy is deterministic (sampled: ppo, sac)"),
         (["--eval-policy", "sampled", "--eval-epsilon", "0.05"], "give one (add --eval-epsilon 0"),
-        (["--scaled-reward-clip", "10"], "clips scaled rewards; add --scale-rewards"),
+        (["--scaled-reward-clip", "10"], "clips the rewards --scale-rewards scales; add it"),
         (["--scale-rewards", "--scaled-reward-clip", "-1"], "--scaled-reward-clip must be 0 (no clip) or positive"),
     ],
 )
