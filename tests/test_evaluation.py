@@ -135,6 +135,30 @@ def test_evaluation_draws_one_policy_seed_per_step_from_its_evaluation_seed_and_
     assert (first.returns > 10).any()  # a fair coin keeps the pole up longer than always pushing left
 
 
+def test_an_epsilon_greedy_evaluation_draws_from_its_own_stream_of_seed_and_step():
+    """The policy's per-step seeds come from a stream of their own: the epsilon draws (Atari's
+    evaluations) are those of one generator seeded by (seed, step), as they were before there were seeds."""
+    import functools
+
+    from jaxrl_fast.env.envpool import make_pool
+    from jaxrl_fast.run.evaluation import run_episodes
+
+    spec = probe_spec("CartPole-v1")
+    random_actions = functools.partial(random_actions_np, spec)
+    evaluator = Evaluator("CartPole-v1", 4, 7, constant_policy, lambda r: None, 500, epsilon=0.5,
+                          random_actions=random_actions)
+    try:
+        result = evaluator.evaluate(None, 5)
+    finally:
+        evaluator.close()
+    alone = make_pool("CartPole-v1", num_envs=4, num_threads=1, seed=7)  # the evaluator's pool: the same starts
+    policy = epsilon_greedy(lambda obs: constant_policy(None, obs, None), 0.5, random_actions, np.random.default_rng([7, 5]))
+    returns, lengths = run_episodes(alone, policy, 500)
+    alone.close()
+    np.testing.assert_array_equal(result.lengths, lengths)
+    assert (lengths > 12).any()  # half the actions random: longer than always pushing left (~9)
+
+
 @pytest.mark.parametrize("algo_name, env_id, sde", [
     ("ppo", "CartPole-v1", False), ("ppo", "Pendulum-v1", False), ("ppo", "Pendulum-v1", True),
     ("sac", "Pendulum-v1", False), ("sac", "Pendulum-v1", True),

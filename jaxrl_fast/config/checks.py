@@ -86,7 +86,7 @@ def combination_errors(config: TrainConfig) -> list[str]:
          "evaluate it with --eval-epsilon instead"),
         (config.scaled_reward_clip == 0 or config.scale_rewards,
          f"--scaled-reward-clip {config.scaled_reward_clip:g} clips the rewards --scale-rewards scales; add it "
-         "(an on-policy option: PPO, PQN)"),
+         f"(an on-policy option: {', '.join(name for name, spec in ALGORITHMS.items() if spec.family == 'on_policy')})"),
         (config.eval_policy == "deterministic" or config.eval_epsilon == 0,
          f"--eval-policy sampled and --eval-epsilon {config.eval_epsilon:g} (the Atari presets set 0.05) are two ways "
          "to evaluate a noisy policy; give one (add --eval-epsilon 0 to sample)"),

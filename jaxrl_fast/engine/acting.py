@@ -11,6 +11,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxrl_fast.engine import phases
@@ -82,6 +83,11 @@ def evaluation_policy(algo: Any, options: EnvOptions, sampled: bool = False
         return algo.act_deterministic(payload.policy, obs)
 
     return act
+
+
+def draw_seed(rng: np.random.Generator) -> np.uint32:
+    """An evaluation policy's seed for one step (or one in-program evaluation) from a host stream."""
+    return rng.integers(2**32, dtype=np.uint32)
 
 
 def init_env_carry(env: BatchedEnv, options: EnvOptions, handle: Any, first_obs: jax.Array, num_agents: int = 1) -> EnvCarry:

@@ -422,7 +422,7 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
 
     from jaxrl_fast.algos import ALGORITHMS, make_algorithm
     from jaxrl_fast.config.run import config_from_dict, family
-    from jaxrl_fast.engine.acting import EvalPayload, env_options, evaluation_policy
+    from jaxrl_fast.engine.acting import EvalPayload, draw_seed, env_options, evaluation_policy
     from jaxrl_fast.ops.normalization import init_moments
     from jaxrl_fast.types import EnvSpec
 
@@ -454,9 +454,9 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
         shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
     template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
     payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
-    draw = functools.partial(np.random.default_rng(seed).integers, 2**32, dtype=np.uint32)
+    seeds = np.random.default_rng(seed)
     evaluate = jax.jit(functools.partial(evaluation_policy(algo, env_options(config), sampled), payload))
-    act = lambda obs: evaluate(obs, draw())  # noqa: E731
+    act = lambda obs: evaluate(obs, draw_seed(seeds))  # noqa: E731
 
     def policy(obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
         if isinstance(obs, dict) and spec.obs_keys:

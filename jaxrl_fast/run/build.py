@@ -243,7 +243,8 @@ def build(resolved: ResolvedRun) -> Run:
         report = Report(seed.config, own_dir, seed.restored, functools.partial(board.show, seed.index), clock)
         evaluator = Evaluator(
             config.env, config.eval_episodes, seed.config.seed + EVAL_SEED_OFFSET,
-            lambda payload, obs, seed: np.asarray(policy(payload, obs, seed)), report.evaluation, resolved.spec.max_episode_steps,
+            lambda payload, obs, step_seed: np.asarray(policy(payload, obs, step_seed)), report.evaluation,
+            resolved.spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
             evaluation_options(pool_options), config.eval_epsilon, functools.partial(random_actions_np, resolved.spec),
             traceable_policy,

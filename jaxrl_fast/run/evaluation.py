@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from jaxrl_fast.engine.acting import draw_seed
 from jaxrl_fast.env.envpool import make_pool
 from jaxrl_fast.outputs.video import EpisodeRecorder, render_pool, video_path
 
@@ -105,11 +106,6 @@ def epsilon_greedy(policy: Callable[[np.ndarray], np.ndarray], epsilon: float,
         return np.where(explore.reshape((n,) + (1,) * (action.ndim - 1)), random_action, action).astype(action.dtype)
 
     return act
-
-
-def draw_seed(rng: np.random.Generator) -> np.uint32:
-    """A policy's seed for one step (or one in-program evaluation) from the evaluation's stream."""
-    return rng.integers(2**32, dtype=np.uint32)
 
 
 def on_host_device(tree: Any) -> Any:
