@@ -10,6 +10,13 @@ Each case builds both loops from its preset over two pools of the preset's size 
 seed, compiles and warms them, then times them in alternation, `--rounds` times `--iterations`
 iterations each, so load from other processes falls on both; the table gives the medians and
 forwarded / direct.
+
+    python experiments/bench_ffi_forward.py --envs gymnasium  # Python envs: the host target against io_callback
+
+With `--envs gymnasium` the cases are Gymnasium's ids (Python envs on the host): "forwarded" is
+the forwarder's host target (a ctypes callback into the pool's Python step, the program names a
+slot) and "direct" the `io_callback` the backend falls back to without the forwarder (the program
+names a Python function), written to `bench_ffi_forward_gymnasium.json`.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from jaxrl_fast.env.ids import env_family
 RESULTS = Path(__file__).parent / "results"
 CASES = [("ppo", "CartPole-v1", 40), ("pqn", "CartPole-v1", 40), ("ppo", "HalfCheetah-v4", 20),
          ("sac", "Pendulum-v1", 400), ("dqn", "CartPole-v1", 400)]
+GYMNASIUM_CASES = [("ppo", "gym:CartPole-v1", 40), ("sac", "gym:Pendulum-v1", 400)]
 
 
 def build(config: TrainConfig, iterations: int, forward: bool):
@@ -87,14 +95,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=float, default=1.0, help="scale of each case's iterations per round")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=RESULTS / "bench_ffi_forward.json")
+    parser.add_argument("--envs", choices=("envpool", "gymnasium"), default="envpool")
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    rows = [case(algo, env_id, max(1, round(n * args.iterations)), args.rounds) for algo, env_id, n in CASES]
+    cases = GYMNASIUM_CASES if args.envs == "gymnasium" else CASES
+    out = args.out or RESULTS / ("bench_ffi_forward_gymnasium.json" if args.envs == "gymnasium" else "bench_ffi_forward.json")
+    rows = [case(algo, env_id, max(1, round(n * args.iterations)), args.rounds) for algo, env_id, n in cases]
     print(f"machine: {machine()}, jax {jax.__version__}, {date.today()}")
     print_table(["algo", "env", "env steps per round", "direct (steps/s)", "forwarded (steps/s)", "forwarded / direct"],
                 ([r["algo"], r["env"], f"{r['env_steps_per_round']:,}", f"{r['direct_sps']:,.0f}",
                   f"{r['forwarded_sps']:,.0f}", f"{r['forwarded_vs_direct']:.2f}"] for r in rows))
-    write_record(args.out, {"rows": rows})
+    write_record(out, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ class Step(NamedTuple):
 class BatchedEnv(Protocol):
     """A batch of environments as the loops drive it, whichever backend steps them: EnvPool's
     `XlaEnv` (C++ threads, reached through XLA's FFI), the Gymnasium backend's `GymXlaEnv` (Python,
-    through an `io_callback`), the JAX-native `JaxXlaEnv` (gymnax's or Brax's pure functions, vmapped).
+    through `env.ffi_forward`'s host target, or an `io_callback` without it), the JAX-native `JaxXlaEnv` (gymnax's or Brax's pure functions, vmapped).
 
     `step(handle, action) -> (handle, Step)` is traceable inside `jit` and `lax.scan`; `handle` is
     whatever the backend threads through its steps (EnvPool's pool handle, or the envs' own state
@@ -79,9 +79,9 @@ class BatchedEnv(Protocol):
     pool: Any
     handle: Any
     has_gpu_step: bool  # the step can run on a GPU (EnvPool built with CUDA, or an XLA step)
-    # What a program that steps these envs names of this process (EnvPool's forwarder slots): equal
+    # What a program that steps these envs names of this process (the forwarder's slots): equal
     # keys, interchangeable programs. None where the step names an object no other process has
-    # (EnvPool's pool address, a Python callback): JAX's persistent cache cannot keep such a
+    # (EnvPool's pool address, an `io_callback`): JAX's persistent cache cannot keep such a
     # program, nor can `engine.program_store` store it.
     program_key: str | None
     options: dict[str, Any]  # the backend options it was made with (`--env-kwargs`)

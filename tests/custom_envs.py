@@ -32,3 +32,17 @@ class PointToTarget(gymnasium.Env):
 
     def _obs(self):
         return np.array([self.position, self.target], np.float32)
+
+
+class Faulty(PointToTarget):
+    """PointToTarget whose step raises after `fail_at` steps: an error inside a jitted loop's step."""
+
+    def __init__(self, fail_at: int = 5):
+        super().__init__()
+        self.fail_at, self.calls = fail_at, 0
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls > self.fail_at:
+            raise ValueError(f"the simulator diverged at call {self.calls}")
+        return super().step(action)

@@ -86,10 +86,11 @@ def test_resume_takes_the_cache_setting_from_its_own_command_line(tmp_path):
 
 
 SAC_RUN = ("--algo", "sac", "--env", "Pendulum-v1", "--total-steps", "600", "--sac.learning-starts", "256")
+GYM_RUN = ("--env", "gym:CartPole-v1")  # Python envs, stepped through `ffi_forward`'s host target
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [(), SAC_RUN], ids=["ppo", "sac"])
+@pytest.mark.parametrize("extra", [(), SAC_RUN, GYM_RUN], ids=["ppo", "sac", "ppo-gymnasium"])
 def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_process(tmp_path, extra):
     cache = tmp_path / "xla"
     first, _ = train(tmp_path / "a", cache, *extra)
@@ -97,14 +98,14 @@ def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_p
     assert "jit(run)" in first["compiled"]  # the training loop, EnvPool's steps inside it
     written = entries(cache)
     assert written and all(p.parent.name.startswith("jax-") for p in cache.rglob("*-cache"))  # one directory per JAX version
-    loop = "offpolicy" if extra else "sync"
+    loop = "offpolicy" if extra == SAC_RUN else "sync"
     assert sorted(p.name.split("-")[1] for p in cache.glob(f"programs-jax-*/{loop}-*.executable")) == ["init", "run"] + (
-        ["warmup"] if extra else [])  # the fused loop's programs, stored (`engine.program_store`)
+        ["warmup"] if extra == SAC_RUN else [])  # the fused loop's programs, stored (`engine.program_store`)
     # A target it never reaches and (PPO's 4 iterations; SAC's 344 end before 512) a checkpoint
     # midway: the host's alone (`HOST_ONLY_FIELDS`).
     second, _ = train(tmp_path / "b", cache, *extra, "--target-return", "1000000", "--checkpoint-interval", "512")
-    # Every program, the loop that steps EnvPool too: its calls name a slot of the process's
-    # forwarder (`env.ffi_forward`), not the pool's address. The loop's programs are loaded
+    # Every program, the loop that steps EnvPool (or Python's envs) too: its calls name a slot of
+    # the process's forwarder (`env.ffi_forward`), not the pool's address (or a Python function). The loop's programs are loaded
     # whole, neither traced nor lowered.
     assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
     assert "jit(run)" in first["lowered"] and "jit(run)" not in second["lowered"], second["lowered"]

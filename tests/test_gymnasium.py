@@ -2,13 +2,16 @@
 (`module:Class`) trained through the same API and CLI as EnvPool's ids."""
 
 import json
+from unittest import mock
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxrl_fast
 from jaxrl_fast.cli.train import main
+from jaxrl_fast.env import ffi_forward
 from jaxrl_fast.env.envpool import make_pool, make_xla_env
 from support import rollout
 
@@ -67,6 +70,35 @@ def test_no_transition_spans_a_reset_the_step_after_an_end_is_a_reset_step():
     host = [pool.step(np.ones((2, 1), np.float32)) for _ in range(100)]
     np.testing.assert_allclose(np.stack([h[0] for h in host]), step.obs, rtol=1e-6)
     np.testing.assert_array_equal(np.stack([h[3] for h in host]), step.truncated)
+
+
+@pytest.mark.parametrize("env_id, actions", [
+    ("gym:CartPole-v1", np.arange(60 * 3).reshape(60, 3) % 2),
+    (CUSTOM, np.sin(np.arange(60 * 3, dtype=np.float32)).reshape(60, 3, 1)),
+])
+def test_the_host_target_steps_as_the_io_callback_does_and_its_programs_name_a_slot(env_id, actions):
+    """Programs step Python envs through `ffi_forward`'s host target (a slot, so JAX's cache and
+    the program store keep them); without its library, through an `io_callback`: the same steps."""
+    results, texts = [], []
+    for forwarded in (True, False):
+        with mock.patch.object(ffi_forward, "forwarder", ffi_forward.forwarder if forwarded else lambda: None):
+            env = make_xla_env(env_id, num_envs=3, num_threads=1, seed=5)
+        assert (env.program_key is not None) == forwarded
+        out, _ = rollout(env, jnp.asarray(actions))
+        results.append(out[0])
+        texts.append(jax.jit(env.step).lower(jnp.asarray(env.handle), jnp.asarray(actions[0])).as_text())
+    for forwarded, by_callback in zip(*results):
+        np.testing.assert_array_equal(forwarded, by_callback)
+    assert results[0].truncated.any() or results[0].terminated.any()  # episodes ended and reset
+    assert ffi_forward.HOST_TARGET in texts[0] and "callback" not in texts[0]
+    assert ffi_forward.HOST_TARGET not in texts[1]
+
+
+def test_an_error_in_a_python_step_reaches_the_caller_with_its_message():
+    env = make_xla_env("custom_envs:Faulty", num_envs=2, num_threads=1, seed=0)
+    assert env.program_key is not None
+    with pytest.raises(Exception, match="ValueError: the simulator diverged at call 6"):
+        rollout(env, jnp.ones((10, 2, 1), jnp.float32))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -11,7 +11,7 @@ config but the fields only the host reads, `HOST_ONLY_FIELDS`; the env's spec an
 the placement), the shapes, dtypes, placement and tree of its arguments, jaxrl_fast's own source
 files, the versions of Python and of the libraries that trace into it, JAX's settings, XLA's flags
 and the devices. A program whose step names this process's objects (`program_key` None: EnvPool's
-pool address, a Gymnasium callback) is never stored, nor is anything of a run with several
+pool address, an `io_callback`: both only without `env.ffi_forward`) is never stored, nor is anything of a run with several
 processes. Entries are written whole (a temporary file, then a rename), so concurrent runs may
 share the directory; an entry that cannot be loaded is compiled again, never run. Like JAX's own
 cache, an entry holds native code: the directory must be the user's own.

@@ -5,7 +5,12 @@
  * `jaxrl_fast_forward_{cpu,gpu}` with one attribute, `slot`, a number this process gave the pool;
  * the forwarder calls EnvPool's handler with the same call frame, its attributes replaced by
  * `handle = <the slot's address>`. Built by `ffi_forward.py` against the installed jaxlib's
- * header, so the structs are that XLA's. */
+ * header, so the structs are that XLA's.
+ *
+ * The same library holds `jaxrl_fast_host_cpu`, a target for envs stepped in Python (Gymnasium's):
+ * it hands the buffers' data pointers and the call's `slot` to one callback that Python sets
+ * (a ctypes function, which takes the GIL), so such a program names a number, not a Python
+ * object, and the persistent cache can keep it as it keeps EnvPool's. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,3 +81,49 @@ static XLA_FFI_Error* forward(XLA_FFI_CallFrame* frame, int platform) {
 
 XLA_FFI_Error* jaxrl_fast_forward_cpu(XLA_FFI_CallFrame* frame) { return forward(frame, CPU); }
 XLA_FFI_Error* jaxrl_fast_forward_gpu(XLA_FFI_CallFrame* frame) { return forward(frame, GPU); }
+
+/* ---- Envs stepped in Python ---- */
+
+enum { MAX_BUFFERS = 16, MESSAGE_SIZE = 1024 };
+
+/* Returns 0, or nonzero after writing why (NUL-terminated) into `message`. */
+typedef int (*HostStep)(int64_t slot, void** args, void** rets, char* message, int64_t message_size);
+
+static HostStep host_step;
+
+/* Set once, before any program that names the host target is compiled. */
+void jaxrl_fast_host_set(HostStep step) { host_step = step; }
+
+static XLA_FFI_Error* metadata(XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Metadata_Extension* extension = (XLA_FFI_Metadata_Extension*)frame->extension_start;
+  extension->metadata->api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;
+  extension->metadata->api_version.extension_start = NULL;
+  extension->metadata->api_version.major_version = XLA_FFI_API_MAJOR;
+  extension->metadata->api_version.minor_version = XLA_FFI_API_MINOR;
+  extension->metadata->traits = 0;
+  return NULL;
+}
+
+XLA_FFI_Error* jaxrl_fast_host_cpu(XLA_FFI_CallFrame* frame) {
+  if (frame->extension_start != NULL) {
+    if (frame->extension_start->type == XLA_FFI_Extension_Metadata) return metadata(frame);
+    return fail(frame, "jaxrl_fast host step: unknown extension");
+  }
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const XLA_FFI_Attrs* attrs = &frame->attrs;
+  if (attrs->size != 1 || attrs->types[0] != XLA_FFI_AttrType_SCALAR)
+    return fail(frame, "jaxrl_fast host step: expected one scalar attribute, slot");
+  const XLA_FFI_Scalar* slot_attr = (const XLA_FFI_Scalar*)attrs->attrs[0];
+  if (slot_attr->dtype != XLA_FFI_DataType_S64) return fail(frame, "jaxrl_fast host step: slot is not int64");
+  if (host_step == NULL) return fail(frame, "jaxrl_fast host step: no Python step set in this process");
+  if (frame->args.size > MAX_BUFFERS || frame->rets.size > MAX_BUFFERS)
+    return fail(frame, "jaxrl_fast host step: too many buffers");
+  void* args[MAX_BUFFERS];
+  void* rets[MAX_BUFFERS];
+  for (int64_t i = 0; i < frame->args.size; ++i) args[i] = ((XLA_FFI_Buffer*)frame->args.args[i])->data;
+  for (int64_t i = 0; i < frame->rets.size; ++i) rets[i] = ((XLA_FFI_Buffer*)frame->rets.rets[i])->data;
+  char message[MESSAGE_SIZE] = "";
+  if (host_step(*(const int64_t*)slot_attr->value, args, rets, message, MESSAGE_SIZE) != 0)
+    return fail(frame, message); /* XLA copies the message into its status */
+  return NULL;
+}

@@ -20,6 +20,13 @@ The C function is compiled once per jaxlib version with the system's C compiler 
 `${XDG_CACHE_HOME:-~/.cache}/jaxrl_fast/ffi/`. Without a compiler, or with
 `JAXRL_FAST_FFI_FORWARD=0`, EnvPool's handlers are called directly, as before (`forwarder()` is
 None), and such programs are compiled every run.
+
+The library also holds the target `jaxrl_fast_host` for envs stepped in Python (the Gymnasium
+backend): a program calls it with the attribute `slot`, and the C function hands the call's
+buffers to the Python step registered for that slot (`Forwarder.host_slot`), through one ctypes
+callback that takes the GIL. So those programs too name a number, not an object of this process,
+and JAX's cache and the program store keep them; without the library they go through
+`io_callback`, which neither keeps.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ import os
 import subprocess
 import tempfile
 import threading
+import traceback
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jaxlib
 from jax import ffi
@@ -42,6 +50,11 @@ __all__ = ["FORWARD_VARIABLE", "TARGET", "Forwarder", "forwarder"]
 
 FORWARD_VARIABLE = "JAXRL_FAST_FFI_FORWARD"  # "0": call EnvPool's handlers directly
 TARGET = "jaxrl_fast_envpool"
+HOST_TARGET = "jaxrl_fast_host"
+# (slot, args' data pointers, results' data pointers, message buffer, its size) -> 0, or 1 after writing why
+_HostCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int64)
+HostStep = Callable[[Any, Any], None]  # (args' data pointers, results' data pointers): reads the args, writes the results
 SOURCE = Path(__file__).with_suffix(".c")
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -64,6 +77,30 @@ class Forwarder:
         library.jaxrl_fast_forward_set.restype = ctypes.c_int
         self.max_slots = library.jaxrl_fast_forward_max_slots()
         self.next_slot, self.registered, self.lock = 0, set(), threading.Lock()
+        self.host_steps: list[HostStep] = []
+        self._host_callback = None  # kept alive while the library may call it
+
+    def host_slot(self, step: HostStep) -> int:
+        """A new slot of the host target for `step` (and the target registered the first time)."""
+        with self.lock:
+            if self._host_callback is None:
+                self._host_callback = _HostCallback(self._call_host)
+                self.library.jaxrl_fast_host_set.argtypes = [_HostCallback]
+                self.library.jaxrl_fast_host_set(self._host_callback)
+                ffi.register_ffi_target(HOST_TARGET, ffi.pycapsule(self.library.jaxrl_fast_host_cpu), platform="cpu",
+                                        api_version=1)
+            self.host_steps.append(step)
+            return len(self.host_steps) - 1
+
+    def _call_host(self, slot: int, args: Any, rets: Any, message: int, size: int) -> int:
+        try:
+            self.host_steps[slot](args, rets)
+            return 0
+        except BaseException as error:  # noqa: BLE001 - it crosses into XLA as the call's error, never lost
+            text = f"{type(error).__name__}: {error}\n{''.join(traceback.format_tb(error.__traceback__)[-3:])}"
+            data = text.encode(errors="replace")[:size - 1] + b"\0"
+            ctypes.memmove(message, data, len(data))
+            return 1
 
     def slot(self, cpu_capsule: Any, gpu_capsule: Any, address: int) -> int | None:
         """A new slot for one pool's entry point (None when every slot is taken)."""

@@ -11,8 +11,11 @@ The envs run in Gymnasium's `SyncVectorEnv` with its `NEXT_STEP` autoreset, whic
 convention: the step that ends an episode returns its final observation, and the next step of that
 env is a reset step (its action ignored, reward 0) that returns the new episode's first
 observation. So a transition never spans a reset, and the engine's reset-step mask applies as it
-does to EnvPool. Inside a jitted loop the step is an `io_callback` (ordered), so every schedule that
-drives an `XlaEnv` drives these envs too; the acting stays jitted, the stepping is Python's.
+does to EnvPool. Inside a jitted loop the step is a call of `env.ffi_forward`'s host target, which
+hands the buffers to this pool's Python step (or an ordered `io_callback` where that library cannot
+be built), so every schedule that drives an `XlaEnv` drives these envs too; the acting stays
+jitted, the stepping is Python's, and the programs name a slot number, so JAX's cache and the
+program store keep them.
 
 Observations are float32 vectors (a Box of any shape is flattened; a Dict of Boxes is flattened in
 key order, as EnvPool's dicts are); actions are a Discrete or a Box.
@@ -20,16 +23,20 @@ key order, as EnvPool's dicts are); actions are a Discrete or a Box.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import difflib
 import functools
 import importlib
+import weakref
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import ffi
 
+from jaxrl_fast.env import ffi_forward
 from jaxrl_fast.env.spaces import action_fields, flatten_observations, observation_keys_of, seeds_of_envs
 from jaxrl_fast.types import ConfigError, EnvSpec, Step
 
@@ -147,8 +154,8 @@ def spec_of(pool: GymPool, env_id: str) -> EnvSpec:
 
 @dataclasses.dataclass
 class GymXlaEnv:
-    """A `GymPool` seen from jitted code as an `XlaEnv`: `step(handle, action)` is an ordered
-    `io_callback` into the host envs; the handle is a token threaded through, as EnvPool's is."""
+    """A `GymPool` seen from jitted code as an `XlaEnv`: `step(handle, action)` calls into the host
+    envs (`_host_call`); the handle is a token threaded through, as EnvPool's is."""
 
     spec: EnvSpec
     pool: GymPool
@@ -156,7 +163,7 @@ class GymXlaEnv:
     step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Step]]
     has_gpu_step: bool = False
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    program_key: str | None = None  # a host callback: neither JAX's cache nor an export keeps the program
+    program_key: str | None = None  # the host target's slot; None: an `io_callback`, which no cache keeps
 
     def reset(self) -> np.ndarray:
         return self.pool.reset()[0]
@@ -166,20 +173,60 @@ def make_gym_xla_env(env_id: str, num_envs: int, seed: int | Sequence[int], **op
     pool = GymPool(env_id, num_envs, seed, **options)
     spec = spec_of(pool, env_id)
     n = num_envs
+    action = jax.ShapeDtypeStruct((n,) if spec.discrete else (n, *spec.action_shape),
+                                  jnp.int32 if spec.discrete else jnp.float32)
     shapes = (jax.ShapeDtypeStruct((n, *spec.obs_shape), jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32),
               jax.ShapeDtypeStruct((n,), jnp.bool_), jax.ShapeDtypeStruct((n,), jnp.bool_),
               jax.ShapeDtypeStruct((n,), jnp.int32))
+    call, slot = _host_call(weakref.ref(pool), action, shapes)
 
-    def host_step(action: np.ndarray) -> tuple[np.ndarray, ...]:
-        obs, reward, terminated, truncated, info = pool.step(action)
-        return obs, reward, terminated, truncated, info["elapsed_step"]
-
-    def step(handle: jax.Array, action: jax.Array) -> tuple[jax.Array, Step]:
-        from jax.experimental import io_callback
-
-        obs, reward, terminated, truncated, elapsed = io_callback(host_step, shapes, action, ordered=True)
+    def step(handle: jax.Array, action_in: jax.Array) -> tuple[jax.Array, Step]:
+        handle, obs, reward, terminated, truncated, elapsed = call(
+            handle, jnp.asarray(action_in, action.dtype).reshape(action.shape))
         done = terminated | truncated
         return handle, Step(obs=obs, reward=reward, terminated=terminated, truncated=truncated & ~terminated,
                             elapsed_step=elapsed, score=reward, game_over=done)
 
-    return GymXlaEnv(spec, pool, np.zeros(8, np.uint8), step, options=dict(options))
+    return GymXlaEnv(spec, pool, np.zeros(8, np.uint8), step, options=dict(options),
+                     program_key=None if slot is None else f"host-slot-{slot}")
+
+
+def _stepped(pool: GymPool, action: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One step of the pool as the programs receive it: obs, reward, terminated, truncated, elapsed."""
+    obs, reward, terminated, truncated, info = pool.step(action)
+    return obs, reward, terminated, truncated, info["elapsed_step"]
+
+
+def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct, shapes: tuple[jax.ShapeDtypeStruct, ...]
+               ) -> tuple[Callable[[jax.Array, jax.Array], tuple[jax.Array, ...]], int | None]:
+    """`call(handle, action) -> (handle, *step)` stepping the pool from a program, and the slot of
+    `ffi_forward`'s host target it names: the programs are then the persistent cache's and the
+    program store's like any other. Without that library (None), an ordered `io_callback`, which
+    names this process's Python function: such programs are compiled every run."""
+    forwarder = ffi_forward.forwarder()
+    if forwarder is None:
+        def host_step(action: np.ndarray) -> tuple[np.ndarray, ...]:
+            return _stepped(pool(), action)
+
+        def by_callback(handle: jax.Array, action: jax.Array) -> tuple[jax.Array, ...]:
+            from jax.experimental import io_callback
+
+            return handle, *io_callback(host_step, shapes, action, ordered=True)
+
+        return by_callback, None
+    numpy_of = lambda s: (np.dtype(s.dtype), int(np.prod(s.shape)), s.shape)  # noqa: E731
+    action_of, outs = numpy_of(action), [numpy_of(s) for s in shapes]
+
+    def host_step(args: Any, rets: Any) -> None:
+        live = pool()
+        if live is None:
+            raise RuntimeError("the Gymnasium envs of this program were closed")
+        dtype, size, shape = action_of
+        taken = np.frombuffer((ctypes.c_char * (size * dtype.itemsize)).from_address(args[1]), dtype).reshape(shape)
+        for i, (value, (dtype, size, _)) in enumerate(zip(_stepped(live, taken.copy()), outs)):
+            ctypes.memmove(rets[i + 1], np.ascontiguousarray(value, dtype).ctypes.data, size * dtype.itemsize)
+
+    slot = forwarder.host_slot(host_step)
+    call = ffi.ffi_call(ffi_forward.HOST_TARGET, (jax.ShapeDtypeStruct((8,), jnp.uint8), *shapes), has_side_effect=True,
+                        input_output_aliases={0: 0})
+    return lambda handle, action: call(handle, action, slot=np.int64(slot)), slot

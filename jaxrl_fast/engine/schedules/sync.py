@@ -176,9 +176,9 @@ def split_call(collect_batch: Callable, learn_batch: Callable, state: LoopState,
     `collect_batch` and `learn_batch`, or their compiled forms), dispatched from the host; returns
     the state, the iterations' mean metrics and their episodes, on the host.
 
-    Why: the persistent cache cannot keep a program that steps envs through a host callback
+    Why: the persistent cache cannot keep a program that steps envs through an `io_callback`
     (Gymnasium's) or EnvPool's handlers called directly (the pool's address is an attribute of the
-    call; `env.ffi_forward` removes it where it can be built), so each run would compile the whole
+    call), which is how they are stepped where `env.ffi_forward` cannot be built; so each run would compile the whole
     loop again. Here only the rollout program holds the step; the update, the larger compile, is
     cached. The iterations are the fused loop's, op for op."""
     env_carry, key, learner = state.env, state.key, Learner(state.algo, state.iteration)
@@ -217,7 +217,7 @@ SPLIT_MAX_ITERATIONS = 2_000
 class OnPolicySync(ScheduleBase):
     """On-policy `sync`: rollouts and updates fused into one jitted program on the acting device, or,
     for runs of at most `SPLIT_MAX_ITERATIONS` over envs whose step the cache cannot keep
-    (`program_key` None: Gymnasium's, EnvPool's without `env.ffi_forward`), the same iterations
+    (`program_key` None: Gymnasium's and EnvPool's without `env.ffi_forward`), the same iterations
     as a rollout program and an update program (`split_call`), so that a warm start finds the
     update in JAX's persistent cache."""
 
