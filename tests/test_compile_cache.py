@@ -115,6 +115,23 @@ def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_p
 
 
 @pytest.mark.slow
+def test_the_async_schedules_programs_are_stored_and_loaded_by_a_second_process(tmp_path):
+    """SAC on a Gymnasium env takes `async` (`--schedule auto`): the learner's programs and the
+    actor's are stored by the first run and loaded whole by the second, which compiles nothing."""
+    cache, flags = tmp_path / "xla", ("--algo", "sac", "--env", "gym:Pendulum-v1", "--total-steps", "600",
+                                      "--sac.learning-starts", "256")
+    first, _ = train(tmp_path / "a", cache, *flags)
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["schedule"] == "async"
+    assert sorted(p.name.rsplit("-", 1)[0] for p in cache.glob("programs-jax-*/async-*.executable")) == [
+        "async-act-policy", "async-act-random", "async-actor-init", "async-add-block", "async-init", "async-updates"]
+    assert "jit(run_updates)" in first["compiled"]
+    second, _ = train(tmp_path / "b", cache, *flags)
+    assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
+    assert not {"jit(run_updates)", "jit(act_rows)", "jit(add_block)", "jit(init)"} & set(second["lowered"]), second["lowered"]
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["final_eval_return_mean"] is not None
+
+
+@pytest.mark.slow
 def test_no_compile_cache_writes_nothing(tmp_path):
     result, _ = train(tmp_path / "run", tmp_path / "xla", "--no-compile-cache")
     assert result["writes"] == 0 and result["hits"] == 0

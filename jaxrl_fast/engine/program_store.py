@@ -1,4 +1,5 @@
-"""Warm starts that neither trace nor lower: the fused loops' compiled programs, kept on disk.
+"""Warm starts that neither trace nor lower: the fused loops' compiled programs (and the `async`
+schedule's), kept on disk.
 
 JAX's persistent cache (`compile_cache`) skips XLA's compilation, but finds its entry by the
 lowered program, so every run still traces and lowers the loop first: 1.2-2.3 s of a warm start on
@@ -136,7 +137,7 @@ jax.monitoring.register_event_listener(_on_event)
 
 
 class ProgramStore:
-    """Compiles a run's fused programs (`compile`, `lazy`): loaded from `directory` where an earlier
+    """Compiles a run's programs (`compile`, `lazy`): loaded from `directory` where an earlier
     run of the same `identity` stored them, else as `jitted.lower(*args).compile()` and then stored.
     With `identity` None, it only compiles."""
 

@@ -26,6 +26,7 @@ Any thread's failure stops every thread and is re-raised in the trainer; `close(
 from __future__ import annotations
 
 import collections
+import functools
 import queue
 import threading
 import time
@@ -41,6 +42,7 @@ from jaxrl_fast.engine.acting import EvalPayload, eval_payload, init_env_carry
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, make_pieces
 from jaxrl_fast.engine.placement import describe, transfer
+from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.replay import Row, add_many, empty_like
 from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot, mean_metrics
@@ -141,16 +143,21 @@ def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
     return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *rows)
 
 
-def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, clock: PhaseClock) -> Callable:
+def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, clock: PhaseClock,
+               programs: ProgramStore) -> Callable:
     """An actor acting as one jitted program per chunk: EnvPool's XLA step and the policy inside
-    `lax.scan`, on `device` (placement's acting device)."""
-    program = jax.jit(pieces_of(env).act_rows, static_argnums=4, donate_argnums=0)
-    with jax.default_device(device):
-        carry = jit_once(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
+    `lax.scan`, on `device` (placement's acting device); `programs` (the store of this actor's
+    env) loads them where an earlier run stored them."""
+    act_rows = pieces_of(env).act_rows
+    program = {random: programs.lazy(f"async-act-{'random' if random else 'policy'}",
+                                     jax.jit(functools.partial(act_rows, random=random), donate_argnums=0))
+               for random in (True, False)}
+    args = jax.device_put((env.handle, env.reset()), device)
+    carry = programs.compile("async-actor-init", jit_once(lambda h, o: init_env_carry(env, options, h, o)), args)(*args)
 
     def act(params, version, random, key, env_step):
         nonlocal carry
-        carry, rows, finished = clock.timed("env", program, carry, params, key, jnp.float32(env_step), random)
+        carry, rows, finished = clock.timed("env", program[random], carry, params, key, jnp.float32(env_step))
         return rows, -1 if random else version, finished
 
     return act
@@ -203,14 +210,17 @@ class AsyncSchedule(ScheduleBase):
         self.threads: list[threading.Thread] = []
         self.version, self.warmup_written = 0, 0
         self.episodes = init_episode_stats()
-        self._updates = jax.jit(self.pieces.run_updates, donate_argnums=(0, 1))
+        # the learner's programs, and each actor env's, loaded where an earlier run of the same
+        # configuration stored them (`engine.program_store`: not for EnvPool's async mode, host-driven)
+        self.programs = ProgramStore.for_run(config, env, ctx.plan, ctx.placement)
+        self._updates = self.programs.lazy("async-updates", jax.jit(self.pieces.run_updates, donate_argnums=(0, 1)))
 
         def add_block(replay, episodes, rows, finished, keep):
             for stats in finished:
                 episodes = add_stats(episodes, stats)
             return add_many(replay, merge_block(rows, keep)), episodes
 
-        self._add_block = jax.jit(add_block, donate_argnums=0)
+        self._add_block = self.programs.lazy("async-add-block", jax.jit(add_block, donate_argnums=0))
         self.fields = checkpointed_fields(config)
 
     # -- actors ----------------------------------------------------------------------------
@@ -220,7 +230,9 @@ class AsyncSchedule(ScheduleBase):
                 act = async_mode_acting(self.actors[index], self.clock)
             else:
                 pieces_of = lambda env: make_pieces(self.algo, env, self.options, self.plan)  # noqa: E731
-                act = xla_acting(pieces_of, self.envs[index], self.options, self.ctx.placement.acting, self.clock)
+                env = self.envs[index]
+                programs = ProgramStore.for_run(self.ctx.config, env, self.ctx.plan, self.ctx.placement)
+                act = xla_acting(pieces_of, env, self.options, self.ctx.placement.acting, self.clock, programs)
             key = jax.random.key(self.seed + 7919 * (index + 1))
             chunks = 0
             while not self.stop.is_set():
@@ -243,8 +255,8 @@ class AsyncSchedule(ScheduleBase):
         """Initialise the learner (or put back `restored`: a buffer restored with it needs no
         warm-up) and start the actor threads."""
         env = self.ctx.env
-        with jax.default_device(self.device):
-            state = jit_once(self.pieces.init)(key, env.handle, env.reset())
+        args = jax.device_put((key, env.handle, env.reset()), self.device)
+        state = self.programs.compile("async-init", jit_once(self.pieces.init), args)(*args)
         streams = self.chunk // self.plan.rollout_length * self.num_actors
         rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
         self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)
