@@ -37,12 +37,12 @@ class PointToTarget(gymnasium.Env):
 class Faulty(PointToTarget):
     """PointToTarget whose step raises after `fail_at` steps: an error inside a jitted loop's step."""
 
-    def __init__(self, fail_at: int = 5):
+    def __init__(self, fail_at: int = 5, note: str = ""):
         super().__init__()
-        self.fail_at, self.calls = fail_at, 0
+        self.fail_at, self.calls, self.note = fail_at, 0, note
 
     def step(self, action):
         self.calls += 1
         if self.calls > self.fail_at:
-            raise ValueError(f"the simulator diverged at call {self.calls}")
+            raise ValueError(f"the simulator diverged at call {self.calls}{self.note}")
         return super().step(action)

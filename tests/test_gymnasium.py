@@ -94,11 +94,46 @@ def test_the_host_target_steps_as_the_io_callback_does_and_its_programs_name_a_s
     assert ffi_forward.HOST_TARGET not in texts[1]
 
 
-def test_an_error_in_a_python_step_reaches_the_caller_with_its_message():
-    env = make_xla_env("custom_envs:Faulty", num_envs=2, num_threads=1, seed=0)
+class StepsOf:
+    """A pool's `step` as `_host_call` sees it, returning what a test gives: wider dtypes, or a wrong shape."""
+
+    def __init__(self, obs, reward, elapsed):
+        self.out = obs, reward, elapsed
+
+    def step(self, action):
+        obs, reward, elapsed = self.out
+        ends = np.zeros(len(reward), bool)
+        return obs, reward, ends, ends, {"elapsed_step": elapsed}
+
+
+def test_the_host_target_casts_wider_results_and_refuses_a_wrong_shape_never_copying_past_a_buffer():
+    from jaxrl_fast.env.gymnasium_env import _host_call
+
+    n, action = 3, jax.ShapeDtypeStruct((3,), jnp.int32)
+    shapes = (jax.ShapeDtypeStruct((n, 2), jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32),
+              jax.ShapeDtypeStruct((n,), jnp.bool_), jax.ShapeDtypeStruct((n,), jnp.bool_),
+              jax.ShapeDtypeStruct((n,), jnp.int32))
+    wide = StepsOf(np.arange(6.0).reshape(n, 2), np.array([0.5, 1.5, 2.5]), np.arange(7, 10, dtype=np.int64))
+    call, slot = _host_call(lambda: wide, action, shapes)
+    assert slot is not None
+    _, obs, reward, _, _, elapsed = jax.jit(call)(jnp.zeros(8, jnp.uint8), jnp.zeros(n, jnp.int32))
+    np.testing.assert_array_equal(obs, np.arange(6.0).reshape(n, 2))
+    np.testing.assert_array_equal(reward, [0.5, 1.5, 2.5])
+    np.testing.assert_array_equal(elapsed, [7, 8, 9])
+    short = StepsOf(np.zeros((n - 1, 2), np.float32), np.zeros(n, np.float32), np.zeros(n, np.int32))
+    call, _ = _host_call(lambda: short, action, shapes)
+    with pytest.raises(Exception, match="ValueError: could not broadcast"):
+        jax.block_until_ready(jax.jit(call)(jnp.zeros(8, jnp.uint8), jnp.zeros(n, jnp.int32)))
+
+
+@pytest.mark.parametrize("note", ["", ": " + "é" * 2000], ids=["short", "long-non-ascii"])
+def test_an_error_in_a_python_step_reaches_the_caller_with_its_message(note):
+    # a message longer than the C side's buffer is cut at a whole character, never replaced
+    env = make_xla_env("custom_envs:Faulty", num_envs=2, num_threads=1, seed=0, note=note)
     assert env.program_key is not None
-    with pytest.raises(Exception, match="ValueError: the simulator diverged at call 6"):
+    with pytest.raises(Exception, match="ValueError: the simulator diverged at call 6" + note[:20]) as caught:
         rollout(env, jnp.ones((10, 2, 1), jnp.float32))
+    assert "UnicodeDecodeError" not in str(caught.value)
 
 
 @pytest.mark.parametrize("args, message", [

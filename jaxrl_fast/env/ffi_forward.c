@@ -105,16 +105,17 @@ static XLA_FFI_Error* metadata(XLA_FFI_CallFrame* frame) {
 }
 
 XLA_FFI_Error* jaxrl_fast_host_cpu(XLA_FFI_CallFrame* frame) {
-  if (frame->extension_start != NULL) {
-    if (frame->extension_start->type == XLA_FFI_Extension_Metadata) return metadata(frame);
-    return fail(frame, "jaxrl_fast host step: unknown extension");
-  }
+  /* XLA's metadata query (its frame has no api): answered here; other extensions are ignored, as
+   * XLA's own handlers ignore them */
+  if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata)
+    return metadata(frame);
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   const XLA_FFI_Attrs* attrs = &frame->attrs;
   if (attrs->size != 1 || attrs->types[0] != XLA_FFI_AttrType_SCALAR)
     return fail(frame, "jaxrl_fast host step: expected one scalar attribute, slot");
   const XLA_FFI_Scalar* slot_attr = (const XLA_FFI_Scalar*)attrs->attrs[0];
   if (slot_attr->dtype != XLA_FFI_DataType_S64) return fail(frame, "jaxrl_fast host step: slot is not int64");
+  if (*(const int64_t*)slot_attr->value < 0) return fail(frame, "jaxrl_fast host step: negative slot");
   if (host_step == NULL) return fail(frame, "jaxrl_fast host step: no Python step set in this process");
   if (frame->args.size > MAX_BUFFERS || frame->rets.size > MAX_BUFFERS)
     return fail(frame, "jaxrl_fast host step: too many buffers");

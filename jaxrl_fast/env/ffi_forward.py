@@ -98,7 +98,7 @@ class Forwarder:
             return 0
         except BaseException as error:  # noqa: BLE001 - it crosses into XLA as the call's error, never lost
             text = f"{type(error).__name__}: {error}\n{''.join(traceback.format_tb(error.__traceback__)[-3:])}"
-            data = text.encode(errors="replace")[:size - 1] + b"\0"
+            data = text.encode(errors="replace")[:size - 1].decode(errors="ignore").encode() + b"\0"  # whole characters
             ctypes.memmove(message, data, len(data))
             return 1
 
@@ -169,7 +169,8 @@ def _the_forwarder() -> Forwarder | None:
         return Forwarder(ctypes.CDLL(str(build.library)))
     except (OSError, subprocess.SubprocessError) as error:
         detail = getattr(error, "stderr", None) or error
-        warnings.warn(f"jaxrl_fast: EnvPool's steps are called directly and compiled every run; the forwarder that "
-                      f"lets the compilation cache keep them could not be built ({str(detail).strip()[:300]})",
+        warnings.warn(f"jaxrl_fast: EnvPool's steps are called directly and Gymnasium's through io_callback, and "
+                      f"their programs compiled every run; the forwarder that lets the compilation cache keep them "
+                      f"could not be built ({str(detail).strip()[:300]})",
                       stacklevel=2)
         return None

@@ -202,7 +202,13 @@ def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct,
     """`call(handle, action) -> (handle, *step)` stepping the pool from a program, and the slot of
     `ffi_forward`'s host target it names: the programs are then the persistent cache's and the
     program store's like any other. Without that library (None), an ordered `io_callback`, which
-    names this process's Python function: such programs are compiled every run."""
+    names this process's Python function: such programs are compiled every run.
+
+    The target reads and writes host memory, so it is registered for the CPU alone: a program
+    that steps these envs runs on the host device (`has_gpu_step` False; the engine places the
+    acting there). Slots are never reused: the first pool of a process has slot 0 in every run of
+    the same configuration, a second pool in the same process (a notebook's second run) a new slot,
+    whose programs are compiled and stored anew."""
     forwarder = ffi_forward.forwarder()
     if forwarder is None:
         def host_step(action: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -223,8 +229,9 @@ def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct,
             raise RuntimeError("the Gymnasium envs of this program were closed")
         dtype, size, shape = action_of
         taken = np.frombuffer((ctypes.c_char * (size * dtype.itemsize)).from_address(args[1]), dtype).reshape(shape)
-        for i, (value, (dtype, size, _)) in enumerate(zip(_stepped(live, taken.copy()), outs)):
-            ctypes.memmove(rets[i + 1], np.ascontiguousarray(value, dtype).ctypes.data, size * dtype.itemsize)
+        for i, (value, (dtype, size, shape)) in enumerate(zip(_stepped(live, taken.copy()), outs)):
+            out = np.frombuffer((ctypes.c_char * (size * dtype.itemsize)).from_address(rets[i + 1]), dtype)
+            np.copyto(out.reshape(shape), value, casting="same_kind")  # a wrong shape raises, never overruns
 
     slot = forwarder.host_slot(host_step)
     call = ffi.ffi_call(ffi_forward.HOST_TARGET, (jax.ShapeDtypeStruct((8,), jnp.uint8), *shapes), has_side_effect=True,
