@@ -127,7 +127,7 @@ def test_the_async_schedules_programs_are_stored_and_loaded_by_a_second_process(
     assert "jit(run_updates)" in first["compiled"]
     second, _ = train(tmp_path / "b", cache, *flags)
     assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
-    assert not {"jit(run_updates)", "jit(act_rows)", "jit(add_block)", "jit(init)"} & set(second["lowered"]), second["lowered"]
+    assert not {"jit(run_updates)", "jit(act_rows)", "jit(add_block)", "jit(init)", "jit(actor_init)"} & set(second["lowered"]), second["lowered"]
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["final_eval_return_mean"] is not None
 
 

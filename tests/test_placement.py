@@ -82,3 +82,27 @@ def test_state_lives_where_placement_says_after_start_and_an_iteration(case):
                 assert devices_of(state.env.obs) == {CPU[acting]}
     finally:
         schedule.close()
+
+
+@pytest.mark.slow
+def test_async_actors_acting_on_one_device_feed_a_learner_on_another(tmp_path, monkeypatch):
+    """Where the env's step has no GPU build (Python envs, EnvPool without CUDA) on a GPU machine,
+    actors act on the CPU and the learner updates on the GPU: the chunks' programs (compiled
+    executables, stricter than `jax.jit` about where their arguments are) take the learner's
+    parameters moved to the acting device, and the learner takes the rows and episode statistics
+    moved to its own. Two CPU devices stand for the two here; the CLI cannot ask for this placement."""
+    import json
+
+    import numpy as np
+
+    import jaxrl_fast
+    from jaxrl_fast.run import resolve as resolving
+
+    cpu0, cpu1 = jax.devices("cpu")[:2]
+    monkeypatch.setattr(resolving, "place",
+                        lambda config: placements.Placement("single", cpu0, (cpu1,), (cpu1,), cpu1, cpu0))
+    result = jaxrl_fast.train(env="custom_envs:PointToTarget", algo="sac", schedule="async", total_steps=1_500,
+                              sac={"learning_starts": 500}, progress="off", run_dir=tmp_path / "run")
+    placed = json.loads((tmp_path / "run" / "config.json").read_text())["placement"]
+    assert (placed["acting"], placed["learner"]) == ("cpu:0", "cpu:1"), placed
+    assert np.isfinite(result.summary["final_eval_return_mean"])

@@ -153,10 +153,15 @@ def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, 
                                      jax.jit(functools.partial(act_rows, random=random), donate_argnums=0))
                for random in (True, False)}
     args = jax.device_put((env.handle, env.reset()), device)
-    carry = programs.compile("async-actor-init", jit_once(lambda h, o: init_env_carry(env, options, h, o)), args)(*args)
+    def actor_init(handle: Any, first_obs: jax.Array) -> Any:
+        return init_env_carry(env, options, handle, first_obs)
+
+    carry = programs.compile("async-actor-init", jit_once(actor_init), args)(*args)
 
     def act(params, version, random, key, env_step):
         nonlocal carry
+        # the learner publishes on its device; a compiled program takes its arguments where it acts
+        params = clock.timed("transfer", transfer, params, device)
         carry, rows, finished = clock.timed("env", program[random], carry, params, key, jnp.float32(env_step))
         return rows, -1 if random else version, finished
 
@@ -211,7 +216,7 @@ class AsyncSchedule(ScheduleBase):
         self.version, self.warmup_written = 0, 0
         self.episodes = init_episode_stats()
         # the learner's programs, and each actor env's, loaded where an earlier run of the same
-        # configuration stored them (`engine.program_store`: not for EnvPool's async mode, host-driven)
+        # configuration stored them (`engine.program_store`; EnvPool's async-mode actors act from the host)
         self.programs = ProgramStore.for_run(config, env, ctx.plan, ctx.placement)
         self._updates = self.programs.lazy("async-updates", jax.jit(self.pieces.run_updates, donate_argnums=(0, 1)))
 
@@ -243,7 +248,7 @@ class AsyncSchedule(ScheduleBase):
                 key, sub = jax.random.split(key)
                 env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
                 rows, acted_by, finished = act(params, version, random, sub, env_step)
-                rows = self.clock.timed("transfer", transfer, rows, self.device)
+                rows, finished = self.clock.timed("transfer", transfer, (rows, finished), self.device)
                 self.queue.put(Chunk(rows, acted_by, finished, index))
                 chunks += 1
         except BaseException as error:  # reported by the learner; every thread stops
