@@ -95,7 +95,7 @@ def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_p
     cache = tmp_path / "xla"
     first, _ = train(tmp_path / "a", cache, *extra)
     assert first["writes"] > 0 and first["hits"] == 0
-    assert "jit(run)" in first["compiled"]  # the training loop, EnvPool's steps inside it
+    assert "jit(run)" in first["compiled"]  # the training loop, EnvPool's (or the Python envs') steps inside it
     written = entries(cache)
     assert written and all(p.parent.name.startswith("jax-") for p in cache.rglob("*-cache"))  # one directory per JAX version
     loop = "offpolicy" if extra == SAC_RUN else "sync"

@@ -1,5 +1,5 @@
-"""EnvPool's XLA handlers behind one target, so that the persistent compilation cache keeps the
-programs that step EnvPool.
+"""EnvPool's XLA handlers behind one target (and Python envs behind another), so that the
+persistent compilation cache keeps the programs that step them.
 
 EnvPool's FFI handlers find their pool through the custom call's `handle` attribute, the pool's
 address in this process. XLA compiles attributes into the program, so every program that stepped
@@ -46,7 +46,7 @@ from typing import Any, Callable, NamedTuple
 import jaxlib
 from jax import ffi
 
-__all__ = ["FORWARD_VARIABLE", "TARGET", "Forwarder", "forwarder"]
+__all__ = ["FORWARD_VARIABLE", "HOST_TARGET", "TARGET", "Forwarder", "forwarder"]
 
 FORWARD_VARIABLE = "JAXRL_FAST_FFI_FORWARD"  # "0": call EnvPool's handlers directly
 TARGET = "jaxrl_fast_envpool"
