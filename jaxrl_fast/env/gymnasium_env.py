@@ -197,6 +197,13 @@ def _stepped(pool: GymPool, action: np.ndarray) -> tuple[np.ndarray, ...]:
     return obs, reward, terminated, truncated, info["elapsed_step"]
 
 
+def _buffer(address: int, struct: jax.ShapeDtypeStruct) -> np.ndarray:
+    """XLA's buffer at `address`, of `struct`'s shape and dtype, as a numpy view (no copy)."""
+    dtype = np.dtype(struct.dtype)
+    size = int(np.prod(struct.shape)) * dtype.itemsize
+    return np.frombuffer((ctypes.c_char * size).from_address(address), dtype).reshape(struct.shape)
+
+
 def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct, shapes: tuple[jax.ShapeDtypeStruct, ...]
                ) -> tuple[Callable[[jax.Array, jax.Array], tuple[jax.Array, ...]], int | None]:
     """`call(handle, action) -> (handle, *step)` stepping the pool from a program, and the slot of
@@ -220,18 +227,12 @@ def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct,
             return handle, *io_callback(host_step, shapes, action, ordered=True)
 
         return by_callback, None
-    numpy_of = lambda s: (np.dtype(s.dtype), int(np.prod(s.shape)), s.shape)  # noqa: E731
-    action_of, outs = numpy_of(action), [numpy_of(s) for s in shapes]
-
     def host_step(args: Any, rets: Any) -> None:
         live = pool()
         if live is None:
             raise RuntimeError("the Gymnasium envs of this program were closed")
-        dtype, size, shape = action_of
-        taken = np.frombuffer((ctypes.c_char * (size * dtype.itemsize)).from_address(args[1]), dtype).reshape(shape)
-        for i, (value, (dtype, size, shape)) in enumerate(zip(_stepped(live, taken.copy()), outs)):
-            out = np.frombuffer((ctypes.c_char * (size * dtype.itemsize)).from_address(rets[i + 1]), dtype)
-            np.copyto(out.reshape(shape), value, casting="same_kind")  # a wrong shape raises, never overruns
+        for i, value in enumerate(_stepped(live, _buffer(args[1], action).copy())):
+            np.copyto(_buffer(rets[i + 1], shapes[i]), value, casting="same_kind")  # a wrong shape raises, never overruns
 
     slot = forwarder.host_slot(host_step)
     call = ffi.ffi_call(ffi_forward.HOST_TARGET, (jax.ShapeDtypeStruct((8,), jnp.uint8), *shapes), has_side_effect=True,

@@ -153,6 +153,7 @@ def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, 
                                      jax.jit(functools.partial(act_rows, random=random), donate_argnums=0))
                for random in (True, False)}
     args = jax.device_put((env.handle, env.reset()), device)
+
     def actor_init(handle: Any, first_obs: jax.Array) -> Any:
         return init_env_carry(env, options, handle, first_obs)
 
