@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import math
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -97,8 +98,9 @@ class GymPool:
 
         make, limit = constructor(env_id)
         try:
+            # copy=False: `flat` copies every observation batch it hands on, so the vector env's own copy is waste
             self.vector = SyncVectorEnv([functools.partial(make, **options) for _ in range(num_envs)],
-                                        autoreset_mode=AutoresetMode.NEXT_STEP)
+                                        autoreset_mode=AutoresetMode.NEXT_STEP, copy=False)
         except TypeError as error:  # an option the constructor does not take
             raise GymEnvError(f"--env-kwargs: {env_id} refused its options: {error}") from error
         single = self.vector.single_observation_space
@@ -197,11 +199,13 @@ def _stepped(pool: GymPool, action: np.ndarray) -> tuple[np.ndarray, ...]:
     return obs, reward, terminated, truncated, info["elapsed_step"]
 
 
-def _buffer(address: int, struct: jax.ShapeDtypeStruct) -> np.ndarray:
-    """XLA's buffer at `address`, of `struct`'s shape and dtype, as a numpy view (no copy)."""
-    dtype = np.dtype(struct.dtype)
-    size = int(np.prod(struct.shape)) * dtype.itemsize
-    return np.frombuffer((ctypes.c_char * size).from_address(address), dtype).reshape(struct.shape)
+def _viewer(struct: jax.ShapeDtypeStruct) -> Callable[[int], np.ndarray]:
+    """`view(address)`: XLA's buffer at `address`, of `struct`'s shape and dtype, as a numpy view
+    (no copy). The layout is worked out once: per step, numpy's size arithmetic cost more than
+    the rest of the view (2.1 of 2.7 us, seven views a step)."""
+    dtype, shape = np.dtype(struct.dtype), tuple(struct.shape)
+    raw = ctypes.c_char * (math.prod(shape) * dtype.itemsize)
+    return lambda address: np.frombuffer(raw.from_address(address), dtype).reshape(shape)
 
 
 def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct, shapes: tuple[jax.ShapeDtypeStruct, ...]
@@ -227,12 +231,15 @@ def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct,
             return handle, *io_callback(host_step, shapes, action, ordered=True)
 
         return by_callback, None
+
+    action_view, result_views = _viewer(action), [_viewer(struct) for struct in shapes]
+
     def host_step(args: Any, rets: Any) -> None:
         live = pool()
         if live is None:
             raise RuntimeError("the Gymnasium envs of this program were closed")
-        for i, value in enumerate(_stepped(live, _buffer(args[1], action).copy())):
-            np.copyto(_buffer(rets[i + 1], shapes[i]), value, casting="same_kind")  # a wrong shape raises, never overruns
+        for i, value in enumerate(_stepped(live, action_view(args[1]).copy())):
+            np.copyto(result_views[i](rets[i + 1]), value, casting="same_kind")  # a wrong shape raises, never overruns
 
     slot = forwarder.host_slot(host_step)
     call = ffi.ffi_call(ffi_forward.HOST_TARGET, (jax.ShapeDtypeStruct((8,), jnp.uint8), *shapes), has_side_effect=True,
