@@ -123,11 +123,11 @@ def test_the_async_schedules_programs_are_stored_and_loaded_by_a_second_process(
     first, _ = train(tmp_path / "a", cache, *flags)
     assert json.loads((tmp_path / "a" / "config.json").read_text())["schedule"] == "async"
     assert sorted(p.name.rsplit("-", 1)[0] for p in cache.glob("programs-jax-*/async-*.executable")) == [
-        "async-act-policy", "async-act-random", "async-actor-init", "async-add-block", "async-init", "async-updates"]
-    assert "jit(run_updates)" in first["compiled"]
+        "async-act-policy", "async-act-random", "async-actor-init", "async-add-block", "async-init", "async-learn"]
+    assert "jit(_learn_step)" in first["compiled"]
     second, _ = train(tmp_path / "b", cache, *flags)
     assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
-    assert not {"jit(run_updates)", "jit(act_rows)", "jit(add_block)", "jit(init)", "jit(actor_init)"} & set(second["lowered"]), second["lowered"]
+    assert not {"jit(_learn_step)", "jit(act_chunk)", "jit(add_block)", "jit(init)", "jit(actor_init)"} & set(second["lowered"]), second["lowered"]
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["final_eval_return_mean"] is not None
 
 

@@ -144,39 +144,49 @@ def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
 
 
 def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, clock: PhaseClock,
-               programs: ProgramStore) -> Callable:
+               programs: ProgramStore, key: jax.Array) -> Callable:
     """An actor acting as one jitted program per chunk: EnvPool's XLA step and the policy inside
     `lax.scan`, on `device` (placement's acting device); `programs` (the store of this actor's
     env) loads them where an earlier run stored them."""
     act_rows = pieces_of(env).act_rows
+
+    def act_chunk(env_carry: Any, params: Any, key: jax.Array, env_step: jax.Array, random: bool):
+        # the key is split inside the program: one dispatch less per chunk on the actor's thread
+        key, chunk_key = jax.random.split(key)
+        env_carry, rows, finished = act_rows(env_carry, params, chunk_key, env_step, random=random)
+        return env_carry, key, rows, finished
+
     program = {random: programs.lazy(f"async-act-{'random' if random else 'policy'}",
-                                     jax.jit(functools.partial(act_rows, random=random), donate_argnums=0))
+                                     jax.jit(functools.partial(act_chunk, random=random), donate_argnums=0))
                for random in (True, False)}
     args = jax.device_put((env.handle, env.reset()), device)
+    key = jax.device_put(key, device)
 
     def actor_init(handle: Any, first_obs: jax.Array) -> Any:
         return init_env_carry(env, options, handle, first_obs)
 
     carry = programs.compile("async-actor-init", jit_once(actor_init), args)(*args)
 
-    def act(params, version, random, key, env_step):
-        nonlocal carry
+    def act(params, version, random, env_step):
+        nonlocal carry, key
         # the learner publishes on its device; a compiled program takes its arguments where it acts
         params = clock.timed("transfer", transfer, params, device)
-        carry, rows, finished = clock.timed("env", program[random], carry, params, key, jnp.float32(env_step))
+        carry, key, rows, finished = clock.timed("env", program[random], carry, params, key, np.float32(env_step))
         return rows, -1 if random else version, finished
 
     return act
 
 
-def async_mode_acting(actor: AsyncModeActor, clock: PhaseClock) -> Callable:
+def async_mode_acting(actor: AsyncModeActor, clock: PhaseClock, key: jax.Array) -> Callable:
     """An actor acting on EnvPool's async-mode batches from the host, rows staged per env stream."""
 
-    def act(params, version, random, key, env_step):
+    def act(params, version, random, env_step):
+        nonlocal key
+        key, sub = jax.random.split(key)
         begin = time.perf_counter()
         params = jax.block_until_ready(transfer(params, actor.device))
         clock.interval("transfer", begin, time.perf_counter())
-        staged = actor.act_chunk(params, version, random, key, env_step, clock)
+        staged = actor.act_chunk(params, version, random, sub, env_step, clock)
         return staged.rows, staged.version, staged.finished
 
     return act
@@ -219,7 +229,7 @@ class AsyncSchedule(ScheduleBase):
         # the learner's programs, and each actor env's, loaded where an earlier run of the same
         # configuration stored them (`engine.program_store`; EnvPool's async-mode actors act from the host)
         self.programs = ProgramStore.for_run(config, env, ctx.plan, ctx.placement)
-        self._updates = self.programs.lazy("async-updates", jax.jit(self.pieces.run_updates, donate_argnums=(0, 1)))
+        self._learn_program = self.programs.lazy("async-learn", jax.jit(self._learn_step, donate_argnums=(0, 1)))
 
         def add_block(replay, episodes, rows, finished, keep):
             for stats in finished:
@@ -232,23 +242,22 @@ class AsyncSchedule(ScheduleBase):
     # -- actors ----------------------------------------------------------------------------
     def _actor(self, index: int, warmup_chunks: int) -> None:
         try:
+            key = jax.random.key(self.seed + 7919 * (index + 1))
             if self.async_mode:
-                act = async_mode_acting(self.actors[index], self.clock)
+                act = async_mode_acting(self.actors[index], self.clock, key)
             else:
                 pieces_of = lambda env: make_pieces(self.algo, env, self.options, self.plan)  # noqa: E731
                 env = self.envs[index]
                 programs = ProgramStore.for_run(self.ctx.config, env, self.ctx.plan, self.ctx.placement)
-                act = xla_acting(pieces_of, env, self.options, self.ctx.placement.acting, self.clock, programs)
-            key = jax.random.key(self.seed + 7919 * (index + 1))
+                act = xla_acting(pieces_of, env, self.options, self.ctx.placement.acting, self.clock, programs, key)
             chunks = 0
             while not self.stop.is_set():
                 random = chunks < warmup_chunks
                 if not random and not self.controller.wait_to_start(index):
                     return
                 params, version = self.store.latest_ready()
-                key, sub = jax.random.split(key)
                 env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
-                rows, acted_by, finished = act(params, version, random, sub, env_step)
+                rows, acted_by, finished = act(params, version, random, env_step)
                 rows, finished = self.clock.timed("transfer", transfer, (rows, finished), self.device)
                 self.queue.put(Chunk(rows, acted_by, finished, index))
                 chunks += 1
@@ -317,7 +326,7 @@ class AsyncSchedule(ScheduleBase):
         lags = [self.version - c.version for c in chunks]
         keep = [w or lag <= ctrl.max_policy_lag for w, lag in zip(warmup, lags)]
         replay, self.episodes = self._add_block(self.state.replay, self.episodes, tuple(c.rows for c in chunks),
-                                                tuple(c.finished for c in chunks), jnp.asarray(keep))
+                                                tuple(c.finished for c in chunks), np.asarray(keep))
         self.state = self.state._replace(replay=replay)
         self.warmup_written += self.chunk * sum(warmup)
         with ctrl.cond:
@@ -356,19 +365,29 @@ class AsyncSchedule(ScheduleBase):
         episodes, self.episodes = jax.device_get(self.episodes), init_episode_stats()
         return CallResult(metrics, episodes)
 
+    def _learn_step(self, actor: Any, critic: Any, replay: Any, key: jax.Array, iteration: jax.Array,
+                    updates: jax.Array):
+        """One learner iteration as one program: the keys, the updates, the counters, and the acting
+        parameters to publish (their own buffers: the next iteration donates, overwrites, the
+        learner's while actors read these). Op by op, the same work cost the learner's thread a
+        handful of dispatches and a device copy per iteration, under the GIL that the actors'
+        Python envs need."""
+        n = self.plan.updates_per_iteration
+        key, update_key = jax.random.split(key)
+        actor, critic, metrics = self.pieces.run_updates(actor, critic, replay, jax.random.split(update_key, n), updates)
+        published = jax.tree.map(jnp.copy, self.algo.acting_params(actor, critic))
+        return actor, critic, key, iteration + 1, updates + n, published, metrics
+
     def _learn(self) -> dict:
         """One learner iteration, dispatched; its parameters are published as a new version."""
         state = self.state
-        key, update_key = jax.random.split(state.key)
-        keys = jax.random.split(update_key, self.plan.updates_per_iteration)
         dispatched = time.perf_counter()
-        actor, critic, metrics = self._updates(state.actor, state.critic, state.replay, keys, state.updates)
+        actor, critic, key, iteration, updates, published, metrics = self._learn_program(
+            state.actor, state.critic, state.replay, state.key, state.iteration, state.updates)
         self.clock.watch("update", dispatched, metrics)
         self.version += 1
-        self.state = state._replace(actor=actor, critic=critic, key=key, iteration=state.iteration + 1,
-                                    updates=state.updates + self.plan.updates_per_iteration)
-        # a copy: the next updates donate (overwrite) the learner's buffers while actors read these
-        self.store.publish(transfer(self.algo.acting_params(actor, critic), self.device, may_alias=False), self.version)
+        self.state = state._replace(actor=actor, critic=critic, key=key, iteration=iteration, updates=updates)
+        self.store.publish(published, self.version)
         return metrics
 
     def snapshot(self) -> Snapshot:
