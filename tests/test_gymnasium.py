@@ -67,7 +67,7 @@ def test_no_transition_spans_a_reset_the_step_after_an_end_is_a_reset_step():
     # the reset step's observation is the new episode's first; the host pool agrees step for step
     pool = make_pool(CUSTOM, num_envs=2, num_threads=1, seed=0)
     pool.reset()
-    host = [pool.step(np.ones((2, 1), np.float32)) for _ in range(100)]
+    host = [pool.step(np.ones((2, 1), np.float32)) for _ in range(100)]  # each kept: never a view of a reused buffer
     np.testing.assert_allclose(np.stack([h[0] for h in host]), step.obs, rtol=1e-6)
     np.testing.assert_array_equal(np.stack([h[3] for h in host]), step.truncated)
 

@@ -3,6 +3,7 @@ schedule then keeps each piece of state."""
 
 
 import jax
+import numpy as np
 import pytest
 
 from jaxrl_fast.engine import placement as placements
@@ -80,6 +81,26 @@ def test_state_lives_where_placement_says_after_start_and_an_iteration(case):
             assert devices_of((state.critic, state.replay)) == {CPU[i] for i in critic}
             if cls is not AsyncSchedule:  # async actors keep their env carries to themselves
                 assert devices_of(state.env.obs) == {CPU[acting]}
+    finally:
+        schedule.close()
+
+
+def test_async_publishes_parameters_in_buffers_the_next_update_cannot_overwrite():
+    """The learner's program donates its parameters to the next iteration while actors still act
+    with the published ones: those must be copies in buffers of their own, equal in value."""
+    config = config_for("sac", "Pendulum-v1", schedule="async")
+    env = make_xla_env(config.env, config.num_envs, 1, config.seed)
+    schedule = build_schedule(resolved(config), env)
+    try:
+        schedule.start(None)
+        schedule.run(2)
+        published, version = schedule.store.latest()
+        state = schedule.state
+        assert version == schedule.version == 3  # the iteration that compiled, then two
+        held = {leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves((state.actor, state.critic))}
+        assert held.isdisjoint(leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(published))
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                     published, schedule.algo.acting_params(state.actor, state.critic))
     finally:
         schedule.close()
 

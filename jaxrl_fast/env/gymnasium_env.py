@@ -98,7 +98,8 @@ class GymPool:
 
         make, limit = constructor(env_id)
         try:
-            # copy=False: `flat` copies every observation batch it hands on, so the vector env's own copy is waste
+            # copy=False: the vector env then hands back its own observation buffer, which its next step
+            # overwrites; `flat` copies it (`astype` copies by default, `concatenate` always), so keep it so
             self.vector = SyncVectorEnv([functools.partial(make, **options) for _ in range(num_envs)],
                                         autoreset_mode=AutoresetMode.NEXT_STEP, copy=False)
         except TypeError as error:  # an option the constructor does not take
@@ -139,7 +140,8 @@ class GymPool:
                 np.asarray(truncated, bool), info)
 
     def flat(self, obs: Any) -> np.ndarray:
-        """A batch of observations as float32 vectors (a Box's flattened, a Dict's in key order)."""
+        """A batch of observations as float32 vectors (a Box's flattened, a Dict's in key order),
+        always a copy: the vector env (`copy=False`) overwrites its own buffer at the next step."""
         if self.keys:
             return flatten_observations(obs, self.keys)
         return np.reshape(obs, (self.num_envs, -1)).astype(np.float32)

@@ -147,10 +147,11 @@ def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, 
                programs: ProgramStore, key: jax.Array) -> Callable:
     """An actor acting as one jitted program per chunk: EnvPool's XLA step and the policy inside
     `lax.scan`, on `device` (placement's acting device); `programs` (the store of this actor's
-    env) loads them where an earlier run stored them."""
+    env) loads them where an earlier run stored them. The actor's `key` stays on that device, and
+    each chunk's program splits it and hands the rest back."""
     act_rows = pieces_of(env).act_rows
 
-    def act_chunk(env_carry: Any, params: Any, key: jax.Array, env_step: jax.Array, random: bool):
+    def act_chunk(env_carry: Any, params: Any, key: jax.Array, env_step: np.float32 | jax.Array, random: bool):
         # the key is split inside the program: one dispatch less per chunk on the actor's thread
         key, chunk_key = jax.random.split(key)
         env_carry, rows, finished = act_rows(env_carry, params, chunk_key, env_step, random=random)
@@ -178,7 +179,9 @@ def xla_acting(pieces_of: Callable, env: Any, options: Any, device: jax.Device, 
 
 
 def async_mode_acting(actor: AsyncModeActor, clock: PhaseClock, key: jax.Array) -> Callable:
-    """An actor acting on EnvPool's async-mode batches from the host, rows staged per env stream."""
+    """An actor acting on EnvPool's async-mode batches from the host, rows staged per env stream;
+    its `key` is split on the actor's device, one chunk at a time."""
+    key = jax.device_put(key, actor.device)
 
     def act(params, version, random, env_step):
         nonlocal key
@@ -368,10 +371,11 @@ class AsyncSchedule(ScheduleBase):
     def _learn_step(self, actor: Any, critic: Any, replay: Any, key: jax.Array, iteration: jax.Array,
                     updates: jax.Array):
         """One learner iteration as one program: the keys, the updates, the counters, and the acting
-        parameters to publish (their own buffers: the next iteration donates, overwrites, the
-        learner's while actors read these). Op by op, the same work cost the learner's thread a
-        handful of dispatches and a device copy per iteration, under the GIL that the actors'
-        Python envs need."""
+        parameters to publish. Those must be buffers of their own, since the next iteration donates
+        (overwrites) the learner's while actors still read them: `jnp.copy` lowers to nothing, and
+        XLA's copy insertion gives each output of the program its own buffer (tested). Op by op,
+        the same work cost the learner's thread a handful of dispatches and a device copy per
+        iteration, under the GIL that the actors' Python envs need."""
         n = self.plan.updates_per_iteration
         key, update_key = jax.random.split(key)
         actor, critic, metrics = self.pieces.run_updates(actor, critic, replay, jax.random.split(update_key, n), updates)
