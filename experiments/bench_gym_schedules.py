@@ -2,6 +2,7 @@
 
     python experiments/bench_gym_schedules.py                   # DQN gym:Acrobot-v1, SAC gym:Pendulum-v1, seeds 0-2
     python experiments/bench_gym_schedules.py --seeds 5 --tasks sac_gym_pendulum
+    python experiments/bench_gym_schedules.py --tasks dqn_gym_acrobot_50k,dqn_gym_cartpole
 
 A Gymnasium env steps in Python on the host (one core, under the GIL), while the learner's XLA
 programs release the GIL: the `async` schedule's actor thread steps the envs while the learner
@@ -25,6 +26,8 @@ from pathlib import Path
 
 TASKS = {
     "dqn_gym_acrobot": ["--algo", "dqn", "--env", "gym:Acrobot-v1", "--total-steps", "20000"],
+    "dqn_gym_acrobot_50k": ["--algo", "dqn", "--env", "gym:Acrobot-v1", "--total-steps", "50000"],
+    "dqn_gym_cartpole": ["--algo", "dqn", "--env", "gym:CartPole-v1", "--total-steps", "50000"],
     "sac_gym_pendulum": ["--algo", "sac", "--env", "gym:Pendulum-v1", "--total-steps", "8000"],
 }
 SCHEDULES = ("sync", "async")
@@ -45,7 +48,7 @@ def run(flags: list[str], schedule: str, seed: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--tasks", default="dqn_gym_acrobot,sac_gym_pendulum", help=f"any of {', '.join(TASKS)}")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_gym_schedules.json")
     args = parser.parse_args()

@@ -95,8 +95,9 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
 
     Acting and learning overlap only where both are substantial and use different resources: a
     Gymnasium env steps in Python under the GIL while the learner's XLA programs release it, so an
-    off-policy learner gains from the async actors there (1.15x DQN gym:Acrobot-v1 and 1.27x SAC
-    gym:Pendulum-v1 env steps/s of sync, 2-core CPU, with the step through `env.ffi_forward`). EnvPool's C++ envs step in
+    off-policy learner gains from the async actors there (1.05x DQN gym:CartPole-v1, 1.25x DQN
+    gym:Acrobot-v1 and 1.26x SAC gym:Pendulum-v1 env steps/s of sync, 2-core CPU, with the step
+    through `env.ffi_forward`). EnvPool's C++ envs step in
     microseconds and JAX-native envs inside the program: sync was the fastest schedule, or level
     with it, in every EnvPool measurement on this CPU, an H100 and an H200 but Atari's on this CPU, and
     it is deterministic. On Atari (2-core CPU) concurrent was 1.15-1.23x sync's env steps/s on Pong but
@@ -108,7 +109,7 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
                                          ("--placement split", config.placement == "split")) if on]
         if not blocked:
             return "async", ("off-policy on Python-stepped Gymnasium envs: the async actors step them while the "
-                             "learner updates (measured 1.15-1.27x sync's env steps/s)")
+                             "learner updates (measured 1.05-1.26x sync's env steps/s)")
         return "sync", f"sync: {', '.join(blocked)} runs under the sync schedule only (async would overlap the Python envs)"
     if python_envs:
         return "sync", "sync: async is off-policy only, and concurrent was not measured faster on Python envs"
