@@ -10,6 +10,7 @@ from jaxrl_fast.calibration import measure as calibration
 from jaxrl_fast.calibration.choose import (
     choose_off_policy,
     choose_on_policy,
+    choose_schedule,
     choose_threads,
     per_step_seconds,
     with_inference,
@@ -40,9 +41,10 @@ def test_a_short_run_measures_envpool_once_and_keeps_the_presets_sizes(cache, tm
     assert "kept (the run is too short" in result.reason
     assert any(note.startswith("update num_envs=8") for note in result.skipped)
 
-    # `train --calibrate` reuses the cached pass (the key holds the run's length) and records it in config.json
+    # `train --calibrate` reuses the cached pass (the key holds the run's length and whether the pass may
+    # choose the schedule: here it is named) and records it in config.json
     run_dir = tmp_path / "run"
-    code = main(["--calibrate", "--total-steps", str(config.total_steps), "--eval-interval", "0",
+    code = main(["--calibrate", "--schedule", "sync", "--total-steps", str(config.total_steps), "--eval-interval", "0",
                  "--eval-episodes", "1", "--run-dir", str(run_dir), "--progress", "off", "--target-return", "0"])
     assert code == 0
     written = json.loads((run_dir / "config.json").read_text())
@@ -85,6 +87,41 @@ def test_off_policy_calibration_keeps_envs_update_batch_and_utd(cache):
     assert {row["env_batch"] for row in async_mode} == {4, 2}
     assert result.choice["env_batch_size"] in {8, 4, 2}
     assert applied.env_batch_size == (result.choice["env_batch_size"] if result.choice["env_batch_size"] < 8 else 0)
+
+
+@pytest.mark.slow
+def test_under_auto_a_long_on_policy_run_times_acting_beside_learning_and_the_run_takes_the_choice(cache, tmp_path):
+    """`--schedule auto` with `--calibrate`: the pass times the preset's rollout and update dispatched
+    together on the devices `concurrent` would take, chooses sync or concurrent by the rule, and the
+    resolved run takes that schedule, its placement and calibration's reason. A named schedule is
+    never changed, and its pass is cached apart."""
+    from jaxrl_fast.run.resolve import check_inputs, on_devices, place
+
+    auto = make_config("CartPole-v1", "ppo", total_steps=LONG, calibrate=True, calibration_budget_s=12.0,
+                       eval_interval=0)
+    inputs = check_inputs(auto, run_dir=False)
+    assert inputs.config.schedule == "sync" and inputs.schedule_reason  # auto's rule, before calibration
+    run = on_devices(inputs, run_dir=False)
+    result = run.calibration
+    assert [(r["num_envs"], r["num_steps"]) for r in result.overlap] == [(8, 32)]
+    chosen, why, _ = choose_schedule(result.acting, result.learning, result.overlap, preset_envs=8)
+    assert result.choice["schedule"] == run.config.schedule == chosen
+    assert run.schedule_reason == f"calibration: {why}" == f"calibration: {result.schedule_reason}"
+    sync = dataclasses.replace(inputs.config, schedule="sync")
+    assert run.placement == place(dataclasses.replace(sync, schedule=chosen))
+
+    again = calibration.calibrate(sync, place(sync), budget_s=12.0)  # --schedule sync, named
+    assert not again.cached and again.overlap == [] and "schedule" not in again.choice
+    assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_under_auto_a_short_run_keeps_autos_schedule_and_says_calibration_did_not_measure_it(cache, tmp_path):
+    from jaxrl_fast.run.resolve import check_inputs, on_devices
+
+    config = make_config("CartPole-v1", "ppo", calibrate=True, eval_interval=0)
+    run = on_devices(check_inputs(config, run_dir=False), run_dir=False)
+    assert run.config.schedule == "sync" and run.calibration.overlap == []
+    assert run.schedule_reason.endswith("(calibration's budget left no time to measure acting beside learning)")
 
 
 @pytest.mark.slow
@@ -140,6 +177,20 @@ def test_sync_adds_acting_and_learning_while_concurrent_and_async_take_the_slowe
     assert choose_on_policy(acting, learning, [], "concurrent", 256, 8, 2)[2][0]["trained_sps"] == pytest.approx(256)
     assert per_step_seconds(1.0, 0.5, "sync") == 1.5
     assert per_step_seconds(1.0, 0.5, "concurrent") == per_step_seconds(1.0, 0.5, "async") == 1.0
+
+
+@pytest.mark.parametrize("together_s, schedule", [(1.35, "sync"), (1.25, "concurrent")])
+def test_concurrent_is_chosen_only_when_acting_beside_learning_iterates_15_percent_faster(together_s, schedule):
+    acting = rollouts((8, 256.0))  # the preset's rollout of 32 x 8 steps: 1 s alone
+    learning, overlap = [dict(num_envs=8, update_s=0.5)], [dict(num_envs=8, num_steps=32, iteration_s=together_s)]
+    chosen, reason, efficiency = choose_schedule(acting, learning, overlap, preset_envs=8)
+    assert chosen == schedule and reason.startswith(schedule + ":")
+    assert "rollout 1000.0 ms and update 500.0 ms alone" in reason and efficiency == pytest.approx(together_s)
+    # the splits are then predicted under the chosen schedule, beside each other at the measured efficiency
+    trained = choose_on_policy(acting, learning, [], chosen, 256, 8, 2, efficiency)[2][0]["trained_sps"]
+    assert trained == pytest.approx(256 / (1.5 if chosen == "sync" else together_s))
+    with pytest.raises(ValueError):
+        choose_schedule(acting, learning, [], preset_envs=8)
 
 
 @pytest.mark.parametrize("async_sps, env_batch", [(1050.0, 8), (1150.0, 2)])

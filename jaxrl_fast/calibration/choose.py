@@ -8,6 +8,8 @@ reads a config, so every rule is tested on hand-written rows (EnvPool's default 
   envpool:  num_envs, num_threads, batch_size, env_sps                  (EnvPool alone)
   acting:   num_envs, num_threads, rollout_sps [, num_steps | env_batch] (XLA rollout; env_batch: async mode)
   learning: update_s, num_envs, device                                  (on-policy: the preset's update)
+  overlap:  num_envs, num_steps, iteration_s, acting, learner           (on-policy, `--schedule auto`: the
+            preset's rollout and update dispatched together, as `concurrent` runs them)
 
 Calibration aims at time to a result, so it changes only what leaves learning per env step as the
 preset has it, and only where it is measured a margin faster than the preset's own sizes in the
@@ -16,7 +18,10 @@ same pass:
   * on-policy: how the preset's batch (num_envs x num_steps) is split between envs and steps; the
     batch, the minibatch count and the epochs are kept;
   * off-policy, under `async`: the actors' env batch (EnvPool's async mode). num_envs, the update
-    batch and utd_ratio are kept: they set what is learned per env step.
+    batch and utd_ratio are kept: they set what is learned per env step;
+  * on-policy, where `--schedule auto` chose: `sync` or `concurrent`, from the preset's rollout and
+    update timed alone and timed dispatched together (the concurrent iteration acts with parameters
+    one update old, which PPO's importance ratio corrects; what is learned per env step is kept).
 """
 
 from __future__ import annotations
@@ -32,11 +37,39 @@ FLAT_MARGIN = 0.05  # splits this close to the best count as equal: the one near
 SPLIT_MARGIN = 1.10  # another split of the batch must be predicted this much faster than the preset's
 THREAD_MARGIN = 1.10  # another thread count must step EnvPool this much faster than its default
 ASYNC_MODE_MARGIN = 1.10  # EnvPool's async mode must act this much faster than the XLA step
+# `concurrent` must iterate this much faster than the rollout and the update one after the other,
+# as measured: `sync` runs them fused into one program, a little faster than the two timed apart
+SCHEDULE_MARGIN = 1.15
 
 
-def per_step_seconds(act_s: float, learn_s: float, schedule: str) -> float:
-    """Seconds per env step when acting takes `act_s` and learning `learn_s` per env step."""
-    return act_s + learn_s if schedule == "sync" else max(act_s, learn_s)
+def per_step_seconds(act_s: float, learn_s: float, schedule: str, overlap_efficiency: float = 1.0) -> float:
+    """Seconds per env step when acting takes `act_s` and learning `learn_s` per env step; beside
+    each other they take `overlap_efficiency` times the slower one (1: a perfect overlap)."""
+    return act_s + learn_s if schedule == "sync" else overlap_efficiency * max(act_s, learn_s)
+
+
+def choose_schedule(acting: list[Row], learning: list[Row], overlap: list[Row], preset_envs: int
+                    ) -> tuple[str, str, float]:
+    """`sync` or `concurrent` for an on-policy run whose schedule `--schedule auto` chose: concurrent
+    where the preset's rollout and update, dispatched together, iterate `SCHEDULE_MARGIN` faster than
+    the two timed alone one after the other (what `sync` does in one program). Returns the schedule,
+    the reason and concurrent's overlap efficiency (its iteration / the slower phase alone) that
+    predicts the other splits under it."""
+    rollout = xla_acting(acting).get(preset_envs)
+    update_s = next((r["update_s"] for r in learning if r.get("num_envs") == preset_envs), None)
+    together = next((r for r in overlap if r["num_envs"] == preset_envs), None)
+    if rollout is None or update_s is None or together is None:
+        raise ValueError("choose_schedule needs the preset's rollout, update and both dispatched together")
+    rollout_s = together["num_steps"] * preset_envs / rollout["rollout_sps"]
+    apart, overlapped = rollout_s + update_s, together["iteration_s"]
+    measured = (f"rollout {1e3 * rollout_s:.1f} ms and update {1e3 * update_s:.1f} ms alone, "
+                f"{1e3 * overlapped:.1f} ms dispatched together")
+    efficiency = overlapped / max(rollout_s, update_s)
+    if apart >= SCHEDULE_MARGIN * overlapped:
+        return "concurrent", (f"concurrent: acting beside learning iterated {apart / overlapped:.2f}x as fast as "
+                              f"one after the other ({measured})"), efficiency
+    return "sync", (f"sync: acting beside learning was not {SCHEDULE_MARGIN:.2f}x as fast as one after the other "
+                    f"({measured})"), efficiency
 
 
 def choose_threads(envpool: list[Row], num_envs: int, cpus: int) -> tuple[int, str]:
@@ -75,11 +108,12 @@ def with_inference(acting: list[Row], envpool: list[Row]) -> list[Row]:
 
 
 def choose_on_policy(acting: list[Row], learning: list[Row], envpool: list[Row], schedule: str, batch: int,
-                     preset_envs: int, cpus: int) -> tuple[Row, str, list[Row]]:
+                     preset_envs: int, cpus: int, overlap_efficiency: float = 1.0) -> tuple[Row, str, list[Row]]:
     """num_envs, num_steps and threads for an on-policy algorithm, its batch (num_envs x num_steps)
     kept. A split other than the preset's is taken when predicted `SPLIT_MARGIN` faster; among
-    those within `FLAT_MARGIN` of the best, the nearest the preset's. Returns (choice, reason,
-    candidates)."""
+    those within `FLAT_MARGIN` of the best, the nearest the preset's. Under `concurrent` a split's
+    iteration is predicted as `overlap_efficiency` times its slower phase (measured at the
+    preset's split where calibration chose the schedule). Returns (choice, reason, candidates)."""
     rollouts = xla_acting(acting)
     update_s = next((r["update_s"] for r in learning if r.get("num_envs") == preset_envs), None)
     kept = f"batch {batch}, minibatch count and epochs kept"
@@ -90,7 +124,7 @@ def choose_on_policy(acting: list[Row], learning: list[Row], envpool: list[Row],
                         f"for its rollout and update to be measured); {thread_note}; {kept}"), []
     candidates = []
     for n, row in sorted(rollouts.items()):
-        seconds = per_step_seconds(batch / row["rollout_sps"], update_s, schedule)
+        seconds = per_step_seconds(batch / row["rollout_sps"], update_s, schedule, overlap_efficiency)
         candidates.append(dict(num_envs=n, num_steps=batch // n, num_threads=row["num_threads"],
                                trained_sps=batch / seconds))
     preset = next(c for c in candidates if c["num_envs"] == preset_envs)

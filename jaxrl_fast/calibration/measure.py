@@ -13,7 +13,9 @@ kind of program on the device the run's placement gives it and returns plain row
   * `async_mode`: for the off-policy `async` schedule, the actors' host loop over EnvPool's async
     mode at env batches num_envs/2 and /4, the policy on placement's host device;
   * `update`: on-policy, the jitted update of the preset's batch on the learner device (every
-    split has the same batch, so one update serves them all).
+    split has the same batch, so one update serves them all);
+  * `overlap`: on-policy, where `--schedule auto` chose the schedule, the preset's rollout and
+    update dispatched together as the `concurrent` schedule runs them, on its devices.
 
 A calibration must not cost more than it can save. Its budget is the smaller of the one given
 (`--calibration-budget-s`) and `RUN_SHARE` of the run's lower bound: `total_steps` at the speed of
@@ -25,7 +27,8 @@ cores) measures EnvPool once and keeps the preset's sizes.
 
 `jaxrl_fast.calibration.choose` chooses from the rows alone (pure functions, no JAX): it changes
 only what leaves learning per env step as it was (threads; the split of an on-policy batch; the
-off-policy async actors' env batch), each only when measured a margin faster than the preset's.
+off-policy async actors' env batch; an on-policy run's schedule, where `auto` chose it), each only
+when measured a margin faster than the preset's.
 
 The result is cached per machine, environment, algorithm, run length and the sizes it depends on
 under the user's cache directory; `--recalibrate` measures again.
@@ -54,6 +57,7 @@ from jaxrl_fast.calibration.choose import (
     Row,
     choose_off_policy,
     choose_on_policy,
+    choose_schedule,
     choose_threads,
     with_inference,
 )
@@ -92,15 +96,19 @@ class Calibration:
     acting: list[dict[str, Any]]  # num_envs, num_threads, rollout_sps, inference_us_per_step | env_batch
     learning: list[dict[str, Any]]  # on-policy: size, device, update_s, update_frames_per_s, num_envs
     candidates: list[dict[str, Any]]  # on-policy: predicted trained steps/s per split; off-policy: acting per env batch
-    choice: dict[str, Any]  # num_envs, num_threads (0: as given), num_steps (on-policy) | env_batch_size
+    choice: dict[str, Any]  # num_envs, num_threads (0: as given), num_steps (on-policy) | env_batch_size [, schedule]
     reason: str
     skipped: list[str]
     cached: bool = False
+    overlap: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # acting beside learning (auto's schedule)
+    schedule_reason: str | None = None  # why the pass chose the schedule (None: it did not choose one)
 
     def apply(self, config: TrainConfig) -> TrainConfig:
         """The config with the chosen sizes."""
         if self.choice["num_threads"]:
             config = dataclasses.replace(config, num_threads=self.choice["num_threads"])
+        if "schedule" in self.choice:  # chosen where `--schedule auto` chose the run's
+            config = dataclasses.replace(config, schedule=self.choice["schedule"])
         if family(config) == "on_policy":
             return split(config, self.choice["num_envs"])
         if self.choice["env_batch_size"] < config.num_envs:
@@ -127,6 +135,12 @@ class Calibration:
         lines.append(f"  {'size':>14} {'device':>8} {'update ms':>10} {'frames/s':>10}")
         for r in self.learning:
             lines.append(f"  {r['size']:>14} {r['device']:>8} {1e3 * r['update_s']:>10.2f} {r['update_frames_per_s']:>10,.0f}")
+        if self.overlap:
+            lines.append("acting beside learning (the preset's rollout and update dispatched together, as concurrent):")
+            lines.append(f"  {'num_envs':>8} {'steps':>6} {'acting':>7} {'learner':>8} {'iteration ms':>13}")
+        for r in self.overlap:
+            lines.append(f"  {r['num_envs']:>8} {r['num_steps']:>6} {r['acting']:>7} {r['learner']:>8} "
+                         f"{1e3 * r['iteration_s']:>13.2f}")
         if self.candidates:
             lines.append("candidates (predicted env steps/s):")
         for c in sorted(self.candidates, key=lambda c: -c.get("trained_sps", c.get("acting_sps", 0)))[:8]:
@@ -156,9 +170,10 @@ def machine() -> dict[str, Any]:
     }
 
 
-def cache_key(config: TrainConfig) -> str:
+def cache_key(config: TrainConfig, chooses_schedule: bool = False) -> str:
     hyper = algo_config(config)
     depends = {
+        "chooses_schedule": chooses_schedule,  # `--schedule auto`: the pass may choose the schedule
         "machine": machine(),
         "env": config.env,
         "algo": config.algo,
@@ -173,7 +188,8 @@ def cache_key(config: TrainConfig) -> str:
 
 
 # -- the budget and the plan of measurements ---------------------------------------------------
-FIRST_COST_S = {"envpool": MEASURE_S + 0.1, "acting": 2.0, "async_mode": 2.0, "update": 3.0}  # compile included
+FIRST_COST_S = {"envpool": MEASURE_S + 0.1, "acting": 2.0, "async_mode": 2.0, "update": 3.0,
+                "overlap": 5.0}  # compile included
 COST_FACTOR = 1.5  # a kind's next measurement is expected to cost this times its last one (larger sizes come later)
 ASYNC_CHUNK = 8  # env steps per env of one async-mode measurement
 UPDATES = 8  # off-policy updates per timed call
@@ -200,7 +216,7 @@ class Budget:
 class Measurement(NamedTuple):
     """One program to time: `kind` names the measuring function, `args` its keyword arguments."""
 
-    kind: str  # "envpool", "acting", "async_mode" or "update"
+    kind: str  # "envpool", "acting", "async_mode", "update" or "overlap"
     args: dict[str, Any]
     then: tuple[str, ...] = ()  # kinds that follow at the same size: no use without this one, nor it without them
 
@@ -261,13 +277,19 @@ def threads_plan(config: TrainConfig) -> list[Measurement]:
     return [Measurement("envpool", dict(num_envs=n, num_threads=t, batch_size=n)) for t in thread_grid(n)]
 
 
-def on_policy_plan(config: TrainConfig, threads: int) -> list[Measurement]:
+def on_policy_plan(config: TrainConfig, threads: int, concurrent: Placement | None = None) -> list[Measurement]:
     """The preset's rollout and update (a rollout starts only if its update fits too: neither is of
-    use alone), then a rollout per other split of its batch, outwards from the preset's."""
+    use alone); with `concurrent` (the placement the `concurrent` schedule would take, where the
+    pass chooses the schedule) the two dispatched together on its devices; then a rollout per
+    other split of its batch, outwards from the preset's."""
     batch, preset = config.num_envs * algo_config(config).num_steps, config.num_envs
     plan = [Measurement("acting", dict(num_envs=preset, num_threads=min(threads, preset), num_steps=batch // preset),
                         then=("update",)),
             Measurement("update", dict(num_envs=preset))]
+    if concurrent is not None:
+        plan.append(Measurement("overlap", dict(num_envs=preset, num_threads=min(threads, preset),
+                                                num_steps=batch // preset, acting=concurrent.acting,
+                                                learner=concurrent.learner)))
     return plan + [Measurement("acting", dict(num_envs=n, num_threads=min(threads, n), num_steps=batch // n))
                    for n in measuring_order(split_sizes(config), preset) if n != preset]
 
@@ -404,6 +426,35 @@ def measure_on_policy_update(setup: Setup, num_envs: int) -> list[Row]:
                  update_frames_per_s=algo_config(setup.config).update_epochs * length * num_envs / seconds)]
 
 
+def measure_overlap(setup: Setup, num_envs: int, num_threads: int, num_steps: int, acting: jax.Device,
+                    learner: jax.Device) -> list[Row]:
+    """The preset's rollout and update dispatched together, as `concurrent` iterates: the update
+    (of the batch collected before) dispatched on `learner`, the rollout run on `acting` meanwhile
+    with the parameters it had, the rollout moved to the learner. Seconds per iteration."""
+    env = open_env(setup, num_envs, num_threads)
+    algo, collect = sized_algorithm(setup.config, setup.spec, num_envs), make_collect(env, setup.options, num_steps)
+
+    def rollout(carry, state, key):
+        carry, transitions, _ = collect(carry, lambda obs, k: algo.act(state, obs, k), key)
+        return carry, Rollout(transitions, carry.obs)
+
+    collect_program, update = jax.jit(rollout, donate_argnums=0), jax.jit(algo.update)
+    state = jax.device_put(algo.init(jax.random.key(0)), learner)
+    carry, first = collect_program(env_carry_on(setup, env, acting), jax.device_put(state, acting), jax.random.key(1))
+    pending = jax.device_put(first, learner)  # a collected batch: the update compiles for what it is given
+
+    def iteration(inputs):
+        state, carry, pending = inputs
+        behaviour = jax.device_put(state, acting)
+        state, _ = update(state, pending, jax.random.key(2))  # returns at once: it runs on its device
+        carry, collected = collect_program(carry, behaviour, jax.random.key(1))
+        return state, carry, jax.device_put(collected, learner)
+
+    seconds, _ = timed_calls(iteration, (state, carry, pending), max_calls=10)
+    return [dict(num_envs=num_envs, num_steps=num_steps, num_threads=num_threads, acting=describe(acting),
+                 learner=describe(learner), iteration_s=seconds)]
+
+
 def measure_off_policy_acting(setup: Setup, num_envs: int, num_threads: int) -> list[Row]:
     """Off-policy acting: the jitted `act_rows` program of the sync and concurrent schedules (and the
     async actors without EnvPool's async mode) on placement's acting device."""
@@ -490,20 +541,22 @@ def measuring_functions(setup: LazySetup) -> dict[str, Callable[..., list[Row]]]
 
     measures = {"envpool": functools.partial(measure_envpool, setup.config.env)}
     if family(setup.config) == "on_policy":
-        return measures | {"acting": on(measure_rollout), "update": on(measure_on_policy_update)}
+        return measures | {"acting": on(measure_rollout), "update": on(measure_on_policy_update),
+                           "overlap": on(measure_overlap)}
     return measures | {"acting": on(measure_off_policy_acting), "async_mode": on(measure_async_mode),
                        "update": on(measure_off_policy_update)}
 
 
 # -- the pass ----------------------------------------------------------------------------------
 def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0, recalibrate: bool = False,
-              log=print) -> Calibration:
+              log=print, concurrent: Placement | None = None) -> Calibration:
     """Measure (or load from the cache) and choose, on the devices of the run's `placement`; see the
     module docstring. `config` is resolved: its schedule is named (`resolve.check_inputs` chooses for
-    `auto`)."""
+    `auto`). With `concurrent`, the placement of the `concurrent` schedule (an on-policy run whose
+    schedule `auto` chose), the pass chooses between that schedule and `sync`."""
     if config.schedule == "auto":
         raise ValueError("calibrate takes a resolved config: --schedule auto is chosen by resolve.check_inputs first")
-    path = cache_dir() / f"{cache_key(config)}.json"
+    path = cache_dir() / f"{cache_key(config, concurrent is not None)}.json"
     if path.exists() and not recalibrate:
         try:
             cached = Calibration(**json.loads(path.read_text()))
@@ -511,7 +564,7 @@ def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0,
             return cached
         except (TypeError, ValueError):
             pass  # an unreadable or older cache entry: measure again
-    result = measure_and_choose(config, placement, budget_s)
+    result = measure_and_choose(config, placement, budget_s, concurrent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -522,7 +575,8 @@ def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0,
     return result
 
 
-def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[dict[str, list[Row]], list[str], float]:
+def measure(config: TrainConfig, placement: Placement, budget: Budget, concurrent: Placement | None = None
+            ) -> tuple[dict[str, list[Row]], list[str], float]:
     """Every row of the pass, what the budget left out, and the run's lower bound: a short probe of
     EnvPool alone at the preset's num_envs and default threads first (the bound, which caps the
     budget), EnvPool per thread count, then the plan of the algorithm's family."""
@@ -537,7 +591,7 @@ def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[
         rows, skipped = run_measurements(threads_plan(config), measures, budget)
         rows["envpool"] = rows["envpool"] or probe  # the thread counts' rows, measured longer, when there are any
         threads = choose_threads(rows["envpool"], n, cpus)[0] or default_env_threads(n, cpus)
-        plan = (on_policy_plan(config, threads) if family(config) == "on_policy"
+        plan = (on_policy_plan(config, threads, concurrent) if family(config) == "on_policy"
                 else off_policy_plan_of_measurements(config, threads))
         more, more_skipped = run_measurements(plan, measures, budget)
     finally:
@@ -545,20 +599,28 @@ def measure(config: TrainConfig, placement: Placement, budget: Budget) -> tuple[
     return {kind: rows[kind] + more[kind] for kind in measures}, skipped + more_skipped, bound_s
 
 
-def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: float) -> Calibration:
+def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: float,
+                       concurrent: Placement | None = None) -> Calibration:
     budget = Budget(budget_s)
-    rows, skipped, bound_s = measure(config, placement, budget)
+    rows, skipped, bound_s = measure(config, placement, budget, concurrent)
     acting = with_inference(rows["acting"] + rows.get("async_mode", []), rows["envpool"])
     cpus = os.cpu_count() or 1
     if family(config) == "on_policy":
         batch = config.num_envs * algo_config(config).num_steps
-        choice, reason, candidates = choose_on_policy(acting, rows["update"], rows["envpool"], config.schedule, batch,
-                                                      config.num_envs, cpus)
+        schedule, schedule_reason, efficiency = config.schedule, None, 1.0
+        if concurrent is not None and rows["overlap"]:
+            schedule, schedule_reason, efficiency = choose_schedule(acting, rows["update"], rows["overlap"],
+                                                                    config.num_envs)
+        choice, reason, candidates = choose_on_policy(acting, rows["update"], rows["envpool"], schedule, batch,
+                                                      config.num_envs, cpus, efficiency)
+        if schedule_reason is not None:
+            choice, reason = choice | {"schedule": schedule}, f"{schedule_reason}; {reason}"
     else:
+        schedule_reason = None
         choice, reason, candidates = choose_off_policy(acting, rows["envpool"], config.schedule, config.num_envs, cpus)
     return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, bound_s, machine(),
                        rows["envpool"], acting, rows["update"] if family(config) == "on_policy" else [], candidates,
-                       choice, reason, skipped)
+                       choice, reason, skipped, overlap=rows.get("overlap", []), schedule_reason=schedule_reason)
 
 
 def measure_phases(config: TrainConfig, placement: Placement) -> dict[str, list[Row]]:

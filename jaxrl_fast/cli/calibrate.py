@@ -19,7 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrl_fast.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default=TrainConfig.env)
     parser.add_argument("--algo", default=TrainConfig.algo, choices=list(ALGORITHMS))
-    parser.add_argument("--schedule", default="sync", choices=["sync", "concurrent", "async"])
+    parser.add_argument("--schedule", default="auto", choices=["auto", "sync", "concurrent", "async"],
+                        help="as train's: under auto (the default) an on-policy pass may choose sync or concurrent")
     parser.add_argument("--budget-s", type=float, default=30.0,
                         help="time budget of the measurements (seconds); at most 5%% of the run's lower bound")
     parser.add_argument("--total-steps", type=int, default=None,

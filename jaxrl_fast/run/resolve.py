@@ -221,13 +221,19 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
     try:
         if config.compile_cache:  # before calibration, the first thing that compiles
             compile_cache.enable()
-        calibration = None
+        calibration, schedule_reason = None, inputs.schedule_reason
         if config.calibrate or config.recalibrate:
             from jaxrl_fast.calibration.measure import calibrate
 
-            calibration = calibrate(config, placement, config.calibration_budget_s, config.recalibrate, log)
+            concurrent = concurrent_placement(config, schedule_reason)
+            calibration = calibrate(config, placement, config.calibration_budget_s, config.recalibrate, log, concurrent)
             log(calibration.table())
             config = calibration.apply(config)
+            if calibration.schedule_reason is not None:  # the pass chose the schedule: its reason replaces auto's
+                schedule_reason = f"calibration: {calibration.schedule_reason}"
+                placement = concurrent if config.schedule == "concurrent" else placement
+            elif concurrent is not None:
+                schedule_reason += " (calibration's budget left no time to measure acting beside learning)"
         plan = make_plan(config, threads(config, placement))
     except BaseException:  # refused (or stopped) before training began: the new directory goes too
         if made:
@@ -235,7 +241,19 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
                 Path(config.run_dir).rmdir()
         raise
     return ResolvedRun(config, dataclasses.replace(inputs.spec, num_envs=config.num_envs), placement, plan, calibration,
-                       joined, primary, inputs.schedule_reason)
+                       joined, primary, schedule_reason)
+
+
+def concurrent_placement(config: TrainConfig, schedule_reason: str | None) -> Any:
+    """The placement `concurrent` would take, where calibration may choose it over `sync`: an
+    on-policy run whose schedule `--schedule auto` chose as `sync`, and which `concurrent` accepts
+    (None otherwise: the schedule stays as it is)."""
+    from jaxrl_fast.config.checks import config_errors
+
+    if schedule_reason is None or config.algo in OFF_POLICY or config.schedule != "sync":
+        return None
+    candidate = dataclasses.replace(config, schedule="concurrent")
+    return None if config_errors(candidate) else place(candidate)
 
 
 def place(config: TrainConfig) -> Any:
