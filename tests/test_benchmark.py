@@ -1,6 +1,7 @@
 """`python -m jaxrl_fast.benchmark`: a tiny suite run writes its report with the references beside
 our returns; bad input is refused before anything trains."""
 
+import importlib.util
 import json
 
 import pytest
@@ -13,8 +14,11 @@ from jaxrl_fast.suites.tasks import SUITES
 def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):
     """Each task's flags (env id, algorithm, budget, preset) pass the trainer's own validation."""
     for suite, tasks in SUITES.items():
+        if suite == "minatar" and importlib.util.find_spec("gymnax") is None:
+            continue  # the jax-envs extra: the 3.11 lane installs it
         check_tasks(tasks, num_seeds=4, budget_scale=1.0, out=tmp_path / suite)
-        source = {"atari": "CleanRL", "procgen": "CleanRL", "dm_control": "TD-MPC2"}.get(suite, "rl-baselines3-zoo")
+        source = {"atari": "CleanRL", "procgen": "CleanRL", "dm_control": "TD-MPC2",
+                  "minatar": "gymnax-blines"}.get(suite, "rl-baselines3-zoo")
         assert all(task.reference.source.startswith(source) for task in tasks)
     assert not any(tmp_path.iterdir())  # nothing is written before a task trains
 

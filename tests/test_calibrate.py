@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from jaxrl_fast.calibration import measure as calibration
@@ -18,6 +19,8 @@ from jaxrl_fast.calibration.choose import (
 from jaxrl_fast.calibration.measure import Measurement
 from jaxrl_fast.cli.train import main
 from jaxrl_fast.config.checks import validate
+from jaxrl_fast.config.plan import make_plan
+from jaxrl_fast.engine.placement import Placement
 from support import make_config, resolved
 
 LONG = 50_000_000  # env steps of a run long enough that calibration may spend its whole budget
@@ -97,7 +100,7 @@ def test_under_auto_a_long_on_policy_run_times_acting_beside_learning_and_the_ru
     never changed, and its pass is cached apart."""
     from jaxrl_fast.run.resolve import check_inputs, on_devices, place
 
-    auto = make_config("CartPole-v1", "ppo", total_steps=LONG, calibrate=True, calibration_budget_s=12.0,
+    auto = make_config("CartPole-v1", "ppo", total_steps=LONG, calibrate=True, calibration_budget_s=16.0,
                        eval_interval=0)
     inputs = check_inputs(auto, run_dir=False)
     assert inputs.config.schedule == "sync" and inputs.schedule_reason  # auto's rule, before calibration
@@ -110,9 +113,42 @@ def test_under_auto_a_long_on_policy_run_times_acting_beside_learning_and_the_ru
     sync = dataclasses.replace(inputs.config, schedule="sync")
     assert run.placement == place(dataclasses.replace(sync, schedule=chosen))
 
-    again = calibration.calibrate(sync, place(sync), budget_s=12.0)  # --schedule sync, named
+    again = calibration.calibrate(sync, place(sync), budget_s=16.0)  # --schedule sync, named
     assert not again.cached and again.overlap == [] and "schedule" not in again.choice
     assert len(list(cache.glob("*.json"))) == 2
+
+
+@pytest.mark.slow
+def test_a_run_whose_calibration_takes_concurrent_runs_concurrent_on_its_devices(cache, monkeypatch):
+    """On two cores acting beside learning does not pay, so the rule's margin is set to 0 here: the
+    resolved run then takes `concurrent`, its placement (the learner on the second CPU device) and
+    its plan (one warm iteration), and a second resolution takes the same from the cached pass."""
+    from jaxrl_fast.calibration import choose
+    from jaxrl_fast.run.resolve import check_inputs, on_devices, place
+
+    monkeypatch.setattr(choose, "SCHEDULE_MARGIN", 0.0)
+    auto = make_config("CartPole-v1", "ppo", total_steps=LONG, calibrate=True, calibration_budget_s=16.0,
+                       eval_interval=0)
+    for cached in (False, True):
+        inputs = check_inputs(auto, run_dir=False)
+        run = on_devices(inputs, run_dir=False)
+        assert run.calibration.cached == cached and run.config.schedule == "concurrent"
+        assert run.placement == place(dataclasses.replace(inputs.config, schedule="concurrent"))
+        assert run.placement.learner != run.placement.acting and run.plan.warm_iterations == 1
+        assert run.schedule_reason.startswith("calibration: concurrent: acting beside learning iterated")
+
+
+def test_only_an_on_policy_run_whose_schedule_auto_chose_may_have_it_chosen_by_calibration():
+    from jaxrl_fast.run.resolve import concurrent_placement
+
+    ppo, sac = make_config("CartPole-v1", "ppo", schedule="sync"), make_config("Pendulum-v1", "sac", schedule="sync")
+    assert concurrent_placement(ppo, "sync: one fused program") is not None
+    assert concurrent_placement(ppo, None) is None  # --schedule sync, named
+    assert concurrent_placement(sac, "sync: one fused program") is None  # off-policy keeps auto's rule
+    # a --profile window of all 16 calls: concurrent's warm iteration leaves 15, so it is not a candidate
+    window = dataclasses.replace(ppo, total_steps=4096, log_interval=256, eval_interval=0, profile=True,
+                                 profile_start=0, profile_calls=16)
+    assert make_plan(window, 1).calls == 16 and concurrent_placement(window, "sync") is None
 
 
 def test_under_auto_a_short_run_keeps_autos_schedule_and_says_calibration_did_not_measure_it(cache, tmp_path):
@@ -251,6 +287,27 @@ def test_the_plans_measure_the_presets_sizes_first_and_keep_the_batch():
     assert [m.kind for m in calibration.off_policy_plan_of_measurements(sac, 1)] == ["acting", "async_mode"]
     assert calibration.off_policy_plan_of_measurements(make_config("Pendulum-v1", "sac", schedule="sync"), 1) == []
     assert [m.args["num_threads"] for m in calibration.threads_plan(ppo)] == [1, 2]
+    # under auto: the overlap after the preset's update, optional; the update alone on concurrent's
+    # learner first where that is another device
+    cpu0, cpu1 = jax.devices("cpu")[:2]
+    one = calibration.on_policy_plan(ppo, 2, Placement("single", cpu0, (cpu0,), (cpu0,), cpu0, cpu0), cpu0)
+    assert [(m.kind, m.optional) for m in one] == [("acting", False), ("update", False), ("overlap", True),
+                                                  ("acting", False)]
+    two = calibration.on_policy_plan(ppo, 2, Placement("single", cpu0, (cpu0,), (cpu0,), cpu1, cpu0), cpu0)
+    assert [m.kind for m in two] == ["acting", "update", "update", "overlap", "acting"]
+    assert two[2].args["device"] == cpu1 and two[2].then == ("overlap",) and two[3].args["learner"] == cpu1
+
+
+def test_an_optional_measurement_that_does_not_fit_is_left_out_and_the_plan_goes_on():
+    def fake(**args):
+        return [dict(args)]
+
+    budget = calibration.Budget(2.5)
+    budget.cost.update(acting=2.0, update=1.0)  # an overlap is expected to cost both: 3 s
+    plan = [Measurement("overlap", dict(num_envs=8), optional=True), Measurement("acting", dict(num_envs=16))]
+    rows, skipped = calibration.run_measurements(plan, {"acting": fake, "update": fake, "overlap": fake}, budget)
+    assert rows == {"acting": [{"num_envs": 16}], "update": [], "overlap": []}
+    assert skipped == ["overlap num_envs=8 (budget)"]
 
 
 def test_a_rollout_starts_only_when_its_update_fits_too():

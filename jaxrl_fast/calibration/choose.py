@@ -20,8 +20,9 @@ same pass:
   * off-policy, under `async`: the actors' env batch (EnvPool's async mode). num_envs, the update
     batch and utd_ratio are kept: they set what is learned per env step;
   * on-policy, where `--schedule auto` chose: `sync` or `concurrent`, from the preset's rollout and
-    update timed alone and timed dispatched together (the concurrent iteration acts with parameters
-    one update old, which PPO's importance ratio corrects; what is learned per env step is kept).
+    update timed alone and timed dispatched together. The one change that is not a size: the
+    concurrent iteration acts with parameters one update old (PPO's importance ratio is taken
+    against them), so a seed's run is not `sync`'s; the batch, minibatches and epochs are kept.
 """
 
 from __future__ import annotations
@@ -48,23 +49,31 @@ def per_step_seconds(act_s: float, learn_s: float, schedule: str, overlap_effici
     return act_s + learn_s if schedule == "sync" else overlap_efficiency * max(act_s, learn_s)
 
 
+def update_seconds(learning: list[Row], num_envs: int, device: str | None = None) -> float | None:
+    """The on-policy update's seconds at `num_envs`, on `device` (a described device) if given."""
+    return next((r["update_s"] for r in learning
+                 if r.get("num_envs") == num_envs and device in (None, r.get("device"))), None)
+
+
 def choose_schedule(acting: list[Row], learning: list[Row], overlap: list[Row], preset_envs: int
                     ) -> tuple[str, str, float]:
     """`sync` or `concurrent` for an on-policy run whose schedule `--schedule auto` chose: concurrent
     where the preset's rollout and update, dispatched together, iterate `SCHEDULE_MARGIN` faster than
-    the two timed alone one after the other (what `sync` does in one program). Returns the schedule,
-    the reason and concurrent's overlap efficiency (its iteration / the slower phase alone) that
-    predicts the other splits under it."""
+    the two timed alone one after the other on `sync`'s devices (what `sync` does in one program).
+    Returns the schedule, the reason and concurrent's overlap efficiency (its iteration over its
+    slower phase alone, the update timed on concurrent's learner) that predicts the other splits
+    under it."""
     rollout = xla_acting(acting).get(preset_envs)
-    update_s = next((r["update_s"] for r in learning if r.get("num_envs") == preset_envs), None)
+    update_s = update_seconds(learning, preset_envs)  # the first row: sync's learner
     together = next((r for r in overlap if r["num_envs"] == preset_envs), None)
     if rollout is None or update_s is None or together is None:
         raise ValueError("choose_schedule needs the preset's rollout, update and both dispatched together")
+    concurrent_update_s = update_seconds(learning, preset_envs, together.get("learner")) or update_s
     rollout_s = together["num_steps"] * preset_envs / rollout["rollout_sps"]
     apart, overlapped = rollout_s + update_s, together["iteration_s"]
     measured = (f"rollout {1e3 * rollout_s:.1f} ms and update {1e3 * update_s:.1f} ms alone, "
                 f"{1e3 * overlapped:.1f} ms dispatched together")
-    efficiency = overlapped / max(rollout_s, update_s)
+    efficiency = overlapped / max(rollout_s, concurrent_update_s)
     if apart >= SCHEDULE_MARGIN * overlapped:
         return "concurrent", (f"concurrent: acting beside learning iterated {apart / overlapped:.2f}x as fast as "
                               f"one after the other ({measured})"), efficiency
@@ -108,14 +117,16 @@ def with_inference(acting: list[Row], envpool: list[Row]) -> list[Row]:
 
 
 def choose_on_policy(acting: list[Row], learning: list[Row], envpool: list[Row], schedule: str, batch: int,
-                     preset_envs: int, cpus: int, overlap_efficiency: float = 1.0) -> tuple[Row, str, list[Row]]:
+                     preset_envs: int, cpus: int, overlap_efficiency: float = 1.0, learner: str | None = None
+                     ) -> tuple[Row, str, list[Row]]:
     """num_envs, num_steps and threads for an on-policy algorithm, its batch (num_envs x num_steps)
     kept. A split other than the preset's is taken when predicted `SPLIT_MARGIN` faster; among
     those within `FLAT_MARGIN` of the best, the nearest the preset's. Under `concurrent` a split's
     iteration is predicted as `overlap_efficiency` times its slower phase (measured at the
-    preset's split where calibration chose the schedule). Returns (choice, reason, candidates)."""
+    preset's split where calibration chose the schedule), the update timed on `learner` (a
+    described device; None: the first update row). Returns (choice, reason, candidates)."""
     rollouts = xla_acting(acting)
-    update_s = next((r["update_s"] for r in learning if r.get("num_envs") == preset_envs), None)
+    update_s = update_seconds(learning, preset_envs, learner)
     kept = f"batch {batch}, minibatch count and epochs kept"
     if preset_envs not in rollouts or update_s is None:
         threads, thread_note = choose_threads(envpool, preset_envs, cpus)

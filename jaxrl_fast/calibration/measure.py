@@ -64,7 +64,7 @@ from jaxrl_fast.calibration.choose import (
 from jaxrl_fast.config.checks import config_errors
 from jaxrl_fast.config.plan import default_env_threads, off_policy_plan
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
-from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect
+from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect, observe
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.offpolicy_steps import make_pieces
 from jaxrl_fast.engine.placement import Placement, describe, describe_devices
@@ -87,7 +87,7 @@ class Calibration:
 
     env: str
     algo: str
-    schedule: str
+    schedule: str  # the one it measured for: the run's, or what `auto` chose before it (see `choice`)
     budget_s: float  # the budget it had: the smaller of the given one and RUN_SHARE x bound_s
     elapsed_s: float
     bound_s: float  # the run's lower bound: total_steps at the speed of EnvPool alone
@@ -116,7 +116,8 @@ class Calibration:
         return config
 
     def table(self) -> str:
-        lines = [f"calibration for {self.algo} on {self.env} ({self.schedule} schedule), "
+        schedule = f"{self.schedule} schedule" + (", auto's: sync or concurrent" if "schedule" in self.choice else "")
+        lines = [f"calibration for {self.algo} on {self.env} ({schedule}), "
                  f"{self.elapsed_s:.1f} s of a {self.budget_s:.1f} s budget" + (" (cached)" if self.cached else ""),
                  f"the run's lower bound: {self.bound_s:.1f} s (its steps at EnvPool's own speed); the budget is at most "
                  f"{RUN_SHARE:.0%} of it"]
@@ -173,7 +174,6 @@ def machine() -> dict[str, Any]:
 def cache_key(config: TrainConfig, chooses_schedule: bool = False) -> str:
     hyper = algo_config(config)
     depends = {
-        "chooses_schedule": chooses_schedule,  # `--schedule auto`: the pass may choose the schedule
         "machine": machine(),
         "env": config.env,
         "algo": config.algo,
@@ -183,13 +183,14 @@ def cache_key(config: TrainConfig, chooses_schedule: bool = False) -> str:
         "num_envs": config.num_envs,
         "hyper": dataclasses.asdict(hyper),
     }
+    if chooses_schedule:  # `--schedule auto`: the pass may choose the schedule (absent: earlier entries stay valid)
+        depends["chooses_schedule"] = True
     digest = hashlib.sha256(json.dumps(depends, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"{config.env}-{config.algo}-{config.schedule}-{digest}"
 
 
 # -- the budget and the plan of measurements ---------------------------------------------------
-FIRST_COST_S = {"envpool": MEASURE_S + 0.1, "acting": 2.0, "async_mode": 2.0, "update": 3.0,
-                "overlap": 5.0}  # compile included
+FIRST_COST_S = {"envpool": MEASURE_S + 0.1, "acting": 2.0, "async_mode": 2.0, "update": 3.0}  # compile included
 COST_FACTOR = 1.5  # a kind's next measurement is expected to cost this times its last one (larger sizes come later)
 ASYNC_CHUNK = 8  # env steps per env of one async-mode measurement
 UPDATES = 8  # off-policy updates per timed call
@@ -206,8 +207,10 @@ class Budget:
         return time.perf_counter() - self.start
 
     def allows(self, kinds: Sequence[str]) -> bool:
-        """One measurement of each of `kinds` fits in what is left."""
-        return self.used + sum(self.cost[k] for k in kinds) <= self.seconds
+        """One measurement of each of `kinds` fits in what is left (the first `overlap` is expected to
+        cost a rollout and an update: it compiles and runs both)."""
+        cost = lambda k: self.cost.get(k, self.cost["acting"] + self.cost["update"])  # noqa: E731
+        return self.used + sum(cost(k) for k in kinds) <= self.seconds
 
     def record(self, kind: str, seconds: float) -> None:
         self.cost[kind] = COST_FACTOR * seconds
@@ -219,6 +222,7 @@ class Measurement(NamedTuple):
     kind: str  # "envpool", "acting", "async_mode", "update" or "overlap"
     args: dict[str, Any]
     then: tuple[str, ...] = ()  # kinds that follow at the same size: no use without this one, nor it without them
+    optional: bool = False  # left out when it does not fit, the plan going on: nothing after it needs it
 
     def label(self) -> str:
         values = (describe(v) if isinstance(v, jax.Device) else v for v in self.args.values())
@@ -233,14 +237,18 @@ def run_measurements(plan: Sequence[Measurement], measures: Mapping[str, Callabl
     Returns the rows by kind and what the budget left out."""
     rows: dict[str, list[Row]] = {kind: [] for kind in measures}
     follows: set[str] = set()
+    skipped: list[str] = []
     for i, m in enumerate(plan):
         if m.kind not in follows and not budget.allows((m.kind, *m.then)):
-            return rows, [f"{left.label()} (budget)" for left in plan[i:]]
+            if m.optional:
+                skipped.append(f"{m.label()} (budget)")
+                continue
+            return rows, skipped + [f"{left.label()} (budget)" for left in plan[i:]]
         follows = set(m.then)
         begin = time.perf_counter()
         rows[m.kind].extend(measures[m.kind](**m.args))
         budget.record(m.kind, time.perf_counter() - begin)
-    return rows, []
+    return rows, skipped
 
 
 def measuring_order(sizes, preset: int) -> list[int]:
@@ -277,19 +285,24 @@ def threads_plan(config: TrainConfig) -> list[Measurement]:
     return [Measurement("envpool", dict(num_envs=n, num_threads=t, batch_size=n)) for t in thread_grid(n)]
 
 
-def on_policy_plan(config: TrainConfig, threads: int, concurrent: Placement | None = None) -> list[Measurement]:
+def on_policy_plan(config: TrainConfig, threads: int, concurrent: Placement | None = None,
+                   learner: jax.Device | None = None) -> list[Measurement]:
     """The preset's rollout and update (a rollout starts only if its update fits too: neither is of
     use alone); with `concurrent` (the placement the `concurrent` schedule would take, where the
-    pass chooses the schedule) the two dispatched together on its devices; then a rollout per
-    other split of its batch, outwards from the preset's."""
+    pass chooses the schedule) the two dispatched together on its devices, after the update alone
+    on its learner where that is not `learner` (the run's); then a rollout per other split of its
+    batch, outwards from the preset's."""
     batch, preset = config.num_envs * algo_config(config).num_steps, config.num_envs
     plan = [Measurement("acting", dict(num_envs=preset, num_threads=min(threads, preset), num_steps=batch // preset),
                         then=("update",)),
             Measurement("update", dict(num_envs=preset))]
-    if concurrent is not None:
+    if concurrent is not None:  # optional: the splits after it are predicted whether it is measured or not
+        if concurrent.learner != learner:
+            plan.append(Measurement("update", dict(num_envs=preset, device=concurrent.learner), then=("overlap",),
+                                    optional=True))
         plan.append(Measurement("overlap", dict(num_envs=preset, num_threads=min(threads, preset),
                                                 num_steps=batch // preset, acting=concurrent.acting,
-                                                learner=concurrent.learner)))
+                                                learner=concurrent.learner), optional=True))
     return plan + [Measurement("acting", dict(num_envs=n, num_threads=min(threads, n), num_steps=batch // n))
                    for n in measuring_order(split_sizes(config), preset) if n != preset]
 
@@ -326,12 +339,12 @@ def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: 
     return steps / elapsed
 
 
-def timed_calls(fn, state, min_s: float = 0.1, max_calls: int = 50) -> tuple[float, Any]:
-    """Seconds per call after a warm-up (compiling) call."""
+def timed_calls(fn, state, min_s: float = 0.1, max_calls: int = 50, min_calls: int = 1) -> tuple[float, Any]:
+    """Seconds per call after a warm-up (compiling) call: at least `min_calls` calls and `min_s`."""
     state = fn(state)
     jax.block_until_ready(state)
     calls, start = 0, time.perf_counter()
-    while calls < max_calls and (calls == 0 or time.perf_counter() - start < min_s):
+    while calls < max_calls and (calls < min_calls or time.perf_counter() - start < min_s):
         state = fn(state)
         jax.block_until_ready(state)
         calls += 1
@@ -414,9 +427,10 @@ def zeros_rollout(algo: Any, state: Any, spec: EnvSpec, num_envs: int, length: i
     return Rollout(transitions, obs)
 
 
-def measure_on_policy_update(setup: Setup, num_envs: int) -> list[Row]:
-    """The jitted on-policy update of a num_envs x num_steps batch, on placement's learner device."""
-    length, device = algo_config(setup.config).num_steps, setup.placement.learner
+def measure_on_policy_update(setup: Setup, num_envs: int, device: jax.Device | None = None) -> list[Row]:
+    """The jitted on-policy update of a num_envs x num_steps batch, on `device` (default:
+    placement's learner device)."""
+    length, device = algo_config(setup.config).num_steps, device or setup.placement.learner
     algo = sized_algorithm(setup.config, setup.spec, num_envs)
     state = jax.device_put(algo.init(jax.random.key(0)), device)
     batch = jax.device_put(zeros_rollout(algo, state, setup.spec, num_envs, length), device)
@@ -434,23 +448,24 @@ def measure_overlap(setup: Setup, num_envs: int, num_threads: int, num_steps: in
     env = open_env(setup, num_envs, num_threads)
     algo, collect = sized_algorithm(setup.config, setup.spec, num_envs), make_collect(env, setup.options, num_steps)
 
-    def rollout(carry, state, key):
-        carry, transitions, _ = collect(carry, lambda obs, k: algo.act(state, obs, k), key)
-        return carry, Rollout(transitions, carry.obs)
+    def rollout(carry, state, key):  # concurrent's collect program, its episode statistics too
+        carry, transitions, finished = collect(carry, lambda obs, k: algo.act(state, obs, k), key)
+        return carry, Rollout(transitions, observe(setup.options, carry.obs_moments, carry.obs)), finished
 
     collect_program, update = jax.jit(rollout, donate_argnums=0), jax.jit(algo.update)
     state = jax.device_put(algo.init(jax.random.key(0)), learner)
-    carry, first = collect_program(env_carry_on(setup, env, acting), jax.device_put(state, acting), jax.random.key(1))
+    carry, first, _ = collect_program(env_carry_on(setup, env, acting), jax.device_put(state, acting),
+                                      jax.random.key(1))
     pending = jax.device_put(first, learner)  # a collected batch: the update compiles for what it is given
 
     def iteration(inputs):
         state, carry, pending = inputs
         behaviour = jax.device_put(state, acting)
         state, _ = update(state, pending, jax.random.key(2))  # returns at once: it runs on its device
-        carry, collected = collect_program(carry, behaviour, jax.random.key(1))
+        carry, collected, _ = collect_program(carry, behaviour, jax.random.key(1))
         return state, carry, jax.device_put(collected, learner)
 
-    seconds, _ = timed_calls(iteration, (state, carry, pending), max_calls=10)
+    seconds, _ = timed_calls(iteration, (state, carry, pending), max_calls=10, min_calls=3)
     return [dict(num_envs=num_envs, num_steps=num_steps, num_threads=num_threads, acting=describe(acting),
                  learner=describe(learner), iteration_s=seconds)]
 
@@ -591,7 +606,7 @@ def measure(config: TrainConfig, placement: Placement, budget: Budget, concurren
         rows, skipped = run_measurements(threads_plan(config), measures, budget)
         rows["envpool"] = rows["envpool"] or probe  # the thread counts' rows, measured longer, when there are any
         threads = choose_threads(rows["envpool"], n, cpus)[0] or default_env_threads(n, cpus)
-        plan = (on_policy_plan(config, threads, concurrent) if family(config) == "on_policy"
+        plan = (on_policy_plan(config, threads, concurrent, placement.learner) if family(config) == "on_policy"
                 else off_policy_plan_of_measurements(config, threads))
         more, more_skipped = run_measurements(plan, measures, budget)
     finally:
@@ -611,8 +626,9 @@ def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: floa
         if concurrent is not None and rows["overlap"]:
             schedule, schedule_reason, efficiency = choose_schedule(acting, rows["update"], rows["overlap"],
                                                                     config.num_envs)
+        learner = rows["overlap"][0]["learner"] if schedule == "concurrent" else None  # whose update paces it
         choice, reason, candidates = choose_on_policy(acting, rows["update"], rows["envpool"], schedule, batch,
-                                                      config.num_envs, cpus, efficiency)
+                                                      config.num_envs, cpus, efficiency, learner)
         if schedule_reason is not None:
             choice, reason = choice | {"schedule": schedule}, f"{schedule_reason}; {reason}"
     else:

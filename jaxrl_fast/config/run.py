@@ -71,7 +71,7 @@ class RunConfig:
     compile_cache: bool = True
     """Keep compiled programs in JAX's persistent compilation cache, so that the next run with the same programs loads them instead of compiling (in $JAXRL_FAST_COMPILE_CACHE_DIR, default ~/.cache/jaxrl_fast/xla, one subdirectory per JAX version). A setting of this process, not of the run: --resume takes it from its own command line."""
     schedule: Literal["auto", "sync", "concurrent", "async"] = "auto"
-    """'auto': what was measured fastest for the run's kind, recorded in config.json with why: 'async' for an off-policy algorithm on Python-stepped Gymnasium envs, 'sync' everywhere else (docs/schedules.md). 'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the policy of iteration k while learning on the data of iteration k; deterministic for a seed. 'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
+    """'auto': what was measured fastest for the run's kind, recorded in config.json with why: 'async' for an off-policy algorithm on Python-stepped Gymnasium envs, 'sync' everywhere else, and with --calibrate an on-policy run's 'sync' or 'concurrent' as calibration measures them (docs/schedules.md). 'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the policy of iteration k while learning on the data of iteration k; deterministic for a seed. 'async' (off-policy): actor threads and the learner at their own pace, balanced by a controller."""
     num_actors: int = 1
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
     env_batch_size: int = 0

@@ -253,7 +253,13 @@ def concurrent_placement(config: TrainConfig, schedule_reason: str | None) -> An
     if schedule_reason is None or config.algo in OFF_POLICY or config.schedule != "sync":
         return None
     candidate = dataclasses.replace(config, schedule="concurrent")
-    return None if config_errors(candidate) else place(candidate)
+    if config_errors(candidate):
+        return None
+    try:  # a --profile window that concurrent's extra warm iteration would push past the run's end
+        make_plan(candidate, env_threads(candidate))
+    except ConfigError:
+        return None
+    return place(candidate)
 
 
 def place(config: TrainConfig) -> Any:
