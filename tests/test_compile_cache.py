@@ -132,6 +132,22 @@ def test_the_async_schedules_programs_are_stored_and_loaded_by_a_second_process(
 
 
 @pytest.mark.slow
+def test_the_concurrent_schedules_programs_are_stored_and_loaded_by_a_second_process(tmp_path):
+    """On-policy `concurrent` (with the learner on the second XLA CPU device of the tests'): the
+    agent's and the env carry's init, the rollout and the update are stored by the first run and
+    loaded whole by the second, which compiles nothing and ends where the first did."""
+    cache, flags = tmp_path / "xla", ("--schedule", "concurrent")
+    first, _ = train(tmp_path / "a", cache, *flags)
+    assert sorted(p.name.rsplit("-", 1)[0] for p in cache.glob("programs-jax-*/concurrent-*.executable")) == [
+        "concurrent-collect", "concurrent-env-init", "concurrent-init", "concurrent-update"]
+    second, _ = train(tmp_path / "b", cache, *flags)
+    assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
+    assert not {"jit(collect_program)", "jit(update)", "jit(init)", "jit(env_init)"} & set(second["lowered"]), second["lowered"]
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
+    assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]  # deterministic
+
+
+@pytest.mark.slow
 def test_no_compile_cache_writes_nothing(tmp_path):
     result, _ = train(tmp_path / "run", tmp_path / "xla", "--no-compile-cache")
     assert result["writes"] == 0 and result["hits"] == 0

@@ -11,6 +11,9 @@ inputs, so a run is bit-for-bit deterministic for a seed whatever the timing.
 
 With two or more devices (two XLA CPU devices included) the learner gets its own device and the
 two programs run at the same time; `timing/overlap_s` in the metrics measures how long they did.
+
+The programs (the agent's and the env carry's init, the rollout and the update) go through the
+program store (`engine.program_store`): a second run of the same configuration loads them whole.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import jax
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_collect, observe
 from jaxrl_fast.engine.placement import transfer
+from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
@@ -61,15 +65,21 @@ class OnPolicyConcurrent(ScheduleBase):
             env_carry, transitions, finished = collect(env_carry, lambda obs, k: algo.act(algo_state, obs, k), key)
             return env_carry, Rollout(transitions, observe(options, env_carry.obs_moments, env_carry.obs)), finished
 
-        self._collect = jax.jit(collect_program, donate_argnums=0)
-        self._update = jax.jit(jax.named_scope(phases.UPDATE)(algo.update))
+        self.programs = ProgramStore.for_run(ctx.config, ctx.env, ctx.plan, ctx.placement)
+        self._collect = self.programs.lazy("concurrent-collect", jax.jit(collect_program, donate_argnums=0))
+        self._update = self.programs.lazy("concurrent-update", jax.jit(jax.named_scope(phases.UPDATE)(algo.update)))
 
     def init(self, key: jax.Array) -> ConcurrentState:
         algo, env, options = self.ctx.algo, self.ctx.env, self.ctx.options
-        algo_key, loop_key, first_key = jax.random.split(key, 3)
-        with jax.default_device(self.acting):
-            algo_state = jit_once(algo.init)(algo_key)
-            env_carry = jit_once(lambda h, o: init_env_carry(env, options, h, o))(env.handle, env.reset())
+        # every key on the acting device: a compiled program takes its arguments where it runs
+        algo_key, loop_key, first_key = jax.device_put(jax.random.split(key, 3), self.acting)
+
+        def env_init(handle: Any, first_obs: jax.Array) -> EnvCarry:
+            return init_env_carry(env, options, handle, first_obs)
+
+        algo_state = self.programs.compile("concurrent-init", jit_once(algo.init), (algo_key,))(algo_key)
+        args = jax.device_put((env.handle, env.reset()), self.acting)
+        env_carry = self.programs.compile("concurrent-env-init", jit_once(env_init), args)(*args)
         env_carry, rollout, _ = self._collect(env_carry, algo_state, first_key)  # R_0 with theta_0
         return ConcurrentState(jax.device_put(algo_state, self.learner), env_carry,
                                jax.device_put(rollout, self.learner), loop_key, 0)
@@ -87,12 +97,12 @@ class OnPolicyConcurrent(ScheduleBase):
 
     def iterate(self, state: ConcurrentState) -> tuple[ConcurrentState, dict, EpisodeStats]:
         """One iteration: learn on R_k on the learner device while R_{k+1} is collected with theta_k."""
-        key, collect_key, update_key = jax.random.split(state.key, 3)
+        key, collect_key, update_key = jax.random.split(state.key, 3)  # on the acting device
         behaviour = transfer(state.algo, self.acting)  # theta_k acts for R_{k+1}
         # The learner program is dispatched first: it returns at once and runs on its device while
         # the EnvPool program (synchronous on the CPU) steps the environments.
         dispatched = time.perf_counter()
-        algo_state, metrics = self._update(state.algo, state.pending, update_key)  # learns on R_k
+        algo_state, metrics = self._update(state.algo, state.pending, transfer(update_key, self.learner))  # on R_k
         self.clock.watch("update", dispatched, metrics)
         env_carry, rollout, finished = self.clock.timed("env", self._collect, state.env, behaviour, collect_key)
         state = ConcurrentState(algo_state, env_carry, transfer(rollout, self.learner), key, state.iteration + 1)
