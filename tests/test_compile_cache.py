@@ -138,12 +138,16 @@ def test_the_concurrent_schedules_programs_are_stored_and_loaded_by_a_second_pro
     loaded whole by the second, which compiles nothing and ends where the first did."""
     cache, flags = tmp_path / "xla", ("--schedule", "concurrent")
     first, _ = train(tmp_path / "a", cache, *flags)
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["placement"]["learner"] == "cpu:1"
     assert sorted(p.name.rsplit("-", 1)[0] for p in cache.glob("programs-jax-*/concurrent-*.executable")) == [
         "concurrent-collect", "concurrent-env-init", "concurrent-init", "concurrent-update"]
+    programs = {"jit(collect_program)", "jit(update)", "jit(init)", "jit(env_init)"}
+    assert programs <= set(first["compiled"]), first["compiled"]
     second, _ = train(tmp_path / "b", cache, *flags)
     assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
-    assert not {"jit(collect_program)", "jit(update)", "jit(init)", "jit(env_init)"} & set(second["lowered"]), second["lowered"]
+    assert not programs & set(second["lowered"]), second["lowered"]
     summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
+    assert summaries[0]["final_eval_return_mean"] is not None
     assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]  # deterministic
 
 

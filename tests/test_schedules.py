@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from jaxrl_fast.config.run import OFF_POLICY
@@ -38,6 +39,18 @@ def test_concurrent_runs_are_deterministic_and_overlap_acting_with_learning(tmp_
     timing = [line for line in raw if "timing/env_s" in line]
     assert timing and all(line["timing/update_s"] > 0 for line in timing)
     assert sum(line["timing/overlap_s"] for line in timing) > 0  # environment stepping ran during updates
+
+
+def test_a_concurrent_run_resumes_with_its_learner_on_another_device(tmp_path):
+    """The checkpoint's key, parameters and pending rollout go back where the schedule keeps them
+    (the key on the acting device, the rest on the learner's), as its compiled programs need."""
+    import jaxrl_fast
+
+    jaxrl_fast.train(env="CartPole-v1", algo="ppo", schedule="concurrent", total_steps=1024, log_interval=512,
+                     eval_interval=0, progress="off", run_dir=tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["placement"]["learner"] == "cpu:1"
+    result = jaxrl_fast.train(resume=tmp_path / "run", total_steps=2048, progress="off")
+    assert result.summary["steps"] == 2048 and np.isfinite(result.summary["final_eval_return_mean"])
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def enable() -> Path | None:
 
 
 def program_dir() -> Path | None:
-    """Where `engine.program_store` keeps the fused loops' compiled programs: beside the directory
+    """Where `engine.program_store` keeps the runs' compiled programs: beside the directory
     JAX's cache uses (`programs-jax-<version>/`), once `enable` has set it; None before."""
     import jax
 

@@ -71,7 +71,8 @@ class OnPolicyConcurrent(ScheduleBase):
 
     def init(self, key: jax.Array) -> ConcurrentState:
         algo, env, options = self.ctx.algo, self.ctx.env, self.ctx.options
-        # every key on the acting device: a compiled program takes its arguments where it runs
+        # every key committed to the acting device: a compiled program refuses a committed argument
+        # on another device (an uncommitted one it copies, which would differ from a later call's)
         algo_key, loop_key, first_key = jax.device_put(jax.random.split(key, 3), self.acting)
 
         def env_init(handle: Any, first_obs: jax.Array) -> EnvCarry:
