@@ -21,6 +21,8 @@ def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):
                   "minatar": "gymnax-blines"}.get(suite, "rl-baselines3-zoo")
         assert all(task.reference.source.startswith(source) for task in tasks)
     assert not any(tmp_path.iterdir())  # nothing is written before a task trains
+    # a task's name is its run directory's and its curve's file name: no `:` (gymnax:) nor `/`
+    assert not [t.name for tasks in SUITES.values() for t in tasks if set(t.name) & set(":/\\")]
 
 
 def test_returns_below_ten_keep_three_decimals_in_the_report():

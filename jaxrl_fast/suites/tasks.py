@@ -70,7 +70,9 @@ class Task(NamedTuple):
 
     @property
     def name(self) -> str:
-        return f"{self.algo}_{self.env}"
+        """The task's name, also its run directory's and its curve's file name: the `:` of a
+        backend's prefix (`gymnax:`) becomes `_`, which every file system takes."""
+        return f"{self.algo}_{self.env}".replace(":", "_")
 
 
 def zoo(algo: str, env: str, value: float, std: float, steps: int, threshold: float | None, reference_env: str = "") -> Task:
