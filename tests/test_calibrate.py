@@ -138,6 +138,17 @@ def test_a_run_whose_calibration_takes_concurrent_runs_concurrent_on_its_devices
         assert run.schedule_reason.startswith("calibration: concurrent: acting beside learning iterated")
 
 
+@pytest.mark.slow
+def test_a_named_concurrent_schedule_is_calibrated_as_it_is(cache):
+    """No overlap is measured (the schedule is not calibration's to choose); its splits are predicted
+    under concurrent from the rollouts and the update alone."""
+    config = make_config("CartPole-v1", "ppo", schedule="concurrent", total_steps=LONG)
+    result = calibration.calibrate(config, resolved(dataclasses.replace(config, calibrate=False)).placement,
+                                   budget_s=12.0)
+    assert result.overlap == [] and "schedule" not in result.choice and result.schedule_reason is None
+    assert result.apply(config).schedule == "concurrent"
+
+
 def test_only_an_on_policy_run_whose_schedule_auto_chose_may_have_it_chosen_by_calibration():
     from jaxrl_fast.run.resolve import concurrent_placement
 

@@ -12,8 +12,8 @@ reads a config, so every rule is tested on hand-written rows (EnvPool's default 
             preset's rollout and update dispatched together, as `concurrent` runs them)
 
 Calibration aims at time to a result, so it changes only what leaves learning per env step as the
-preset has it, and only where it is measured a margin faster than the preset's own sizes in the
-same pass:
+preset has it (but for the schedule under `auto`, last below), and only where it is measured a
+margin faster than the preset's own sizes in the same pass:
   * EnvPool's thread count (each env steps the same whichever thread steps it);
   * on-policy: how the preset's batch (num_envs x num_steps) is split between envs and steps; the
     batch, the minibatch count and the epochs are kept;

@@ -27,10 +27,12 @@ cores) measures EnvPool once and keeps the preset's sizes.
 
 `jaxrl_fast.calibration.choose` chooses from the rows alone (pure functions, no JAX): it changes
 only what leaves learning per env step as it was (threads; the split of an on-policy batch; the
-off-policy async actors' env batch; an on-policy run's schedule, where `auto` chose it), each only
-when measured a margin faster than the preset's.
+off-policy async actors' env batch), each only when measured a margin faster than the preset's,
+and, the one exception, an on-policy run's schedule where `auto` chose it (`concurrent` acts one
+update behind).
 
-The result is cached per machine, environment, algorithm, run length and the sizes it depends on
+The result is cached per machine, environment, algorithm, run length, whether the pass may choose
+the schedule, and the sizes it depends on
 under the user's cache directory; `--recalibrate` measures again.
 """
 
@@ -139,9 +141,9 @@ class Calibration:
         if self.overlap:
             lines.append("acting beside learning (the preset's rollout and update dispatched together, as concurrent):")
             lines.append(f"  {'num_envs':>8} {'steps':>6} {'acting':>7} {'learner':>8} {'iteration ms':>13}")
-        for r in self.overlap:
-            lines.append(f"  {r['num_envs']:>8} {r['num_steps']:>6} {r['acting']:>7} {r['learner']:>8} "
-                         f"{1e3 * r['iteration_s']:>13.2f}")
+            for r in self.overlap:
+                lines.append(f"  {r['num_envs']:>8} {r['num_steps']:>6} {r['acting']:>7} {r['learner']:>8} "
+                             f"{1e3 * r['iteration_s']:>13.2f}")
         if self.candidates:
             lines.append("candidates (predicted env steps/s):")
         for c in sorted(self.candidates, key=lambda c: -c.get("trained_sps", c.get("acting_sps", 0)))[:8]:
@@ -209,8 +211,13 @@ class Budget:
     def allows(self, kinds: Sequence[str]) -> bool:
         """One measurement of each of `kinds` fits in what is left (the first `overlap` is expected to
         cost a rollout and an update: it compiles and runs both)."""
-        cost = lambda k: self.cost.get(k, self.cost["acting"] + self.cost["update"])  # noqa: E731
-        return self.used + sum(cost(k) for k in kinds) <= self.seconds
+        return self.used + sum(self.expected_cost(k) for k in kinds) <= self.seconds
+
+    def expected_cost(self, kind: str) -> float:
+        """Its last measured cost; the first overlap, a rollout's and an update's (it compiles and runs both)."""
+        if kind == "overlap" and kind not in self.cost:
+            return self.cost["acting"] + self.cost["update"]
+        return self.cost[kind]
 
     def record(self, kind: str, seconds: float) -> None:
         self.cost[kind] = COST_FACTOR * seconds
@@ -626,7 +633,8 @@ def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: floa
         if concurrent is not None and rows["overlap"]:
             schedule, schedule_reason, efficiency = choose_schedule(acting, rows["update"], rows["overlap"],
                                                                     config.num_envs)
-        learner = rows["overlap"][0]["learner"] if schedule == "concurrent" else None  # whose update paces it
+        # whose update paces it: concurrent's learner where the pass chose it (a named schedule's is the first row)
+        learner = rows["overlap"][0]["learner"] if schedule_reason is not None and schedule == "concurrent" else None
         choice, reason, candidates = choose_on_policy(acting, rows["update"], rows["envpool"], schedule, batch,
                                                       config.num_envs, cpus, efficiency, learner)
         if schedule_reason is not None:

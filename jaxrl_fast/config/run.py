@@ -89,7 +89,7 @@ class RunConfig:
     checkpoint_replay: bool = True
     """Off-policy: include the replay buffer in checkpoints (large; without it a resumed run refills it with --*.learning-starts steps of random actions, not counted as training steps)."""
     calibrate: bool = False
-    """Measure this machine first (or reuse the cached measurement) and train with the sizes it picks: num_envs, EnvPool threads and, off-policy, the update batch size (see `python -m jaxrl_fast.calibrate`)."""
+    """Measure this machine first (or reuse the cached measurement) and train with the sizes it picks: EnvPool threads, the split of an on-policy batch between envs and steps, the async actors' env batch, and under --schedule auto an on-policy run's schedule (sync or concurrent) (see `python -m jaxrl_fast.calibrate`, docs/calibration.md)."""
     recalibrate: bool = False
     """Like --calibrate, but measure again instead of reusing the cache."""
     calibration_budget_s: float = 30.0

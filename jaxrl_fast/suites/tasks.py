@@ -35,8 +35,7 @@ The MinAtar suite's references are gymnax-blines' PPO logs on gymnax's MinAtar g
 (github.com/RobertTLange/gymnax-blines `agents/<game>-MinAtar/ppo.pkl`, commit 3f029d6): the
 `log_return` of its last evaluation, at 9,919,936 env steps, the mean over 164 episodes with actions
 sampled from the policy, of one seed, trained with the setting `[minatar]` follows (the same
-flattened 2 x 256 MLP; it also warms its learning rate up over the first 5% of updates, which ours
-does not). One seed, so the row marks what the setting reached once, like the zoo's. gymnax's README
+flattened 2 x 256 ReLU MLP, a constant learning rate: its 5% warm-up goes from 5e-4 to 5e-4). One seed, so the row marks what the setting reached once, like the zoo's. gymnax's README
 prints 15, 28, 58 and 131 for the same games; its Breakout 28 comes from an earlier log of that file
 (commit 15b76af), so the file at 3f029d6 is cited. MinAtar sets no solved threshold.
 
