@@ -206,3 +206,25 @@ def test_a_loaded_entry_counts_as_used_and_outlives_older_ones(tmp_path):
     ProgramStore(tmp_path, "identity").compile("loop", NeverLowered(), args())
     assert loaded.stat().st_mtime > unused.stat().st_mtime
     assert prune(tmp_path, loaded.stat().st_size) == [unused]
+
+
+def test_a_program_compiled_ahead_from_shapes_is_what_its_first_call_runs_and_a_later_run_loads(tmp_path):
+    import concurrent.futures
+
+    from jaxrl_fast.engine.program_store import placed_shapes
+
+    program, constant = fresh_program()
+    state, n = args()
+    lazy = ProgramStore(tmp_path, "identity").lazy("loop", program)
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        lazy.ahead(executor, placed_shapes(jax.eval_shape(lambda: state), jax.devices()[0]),
+                   jax.ShapeDtypeStruct((), jnp.float32))
+    lazy.jitted = NeverLowered()  # the call runs what was compiled ahead, and compiles nothing itself
+    out, total = lazy(state, n)
+    np.testing.assert_allclose(np.asarray(out["x"]), np.arange(6.0).reshape(2, 3) * 2 + constant + 1, rtol=1e-6)
+    assert float(total) == 15.0 and len(entries(tmp_path)) == 1
+    later = ProgramStore(tmp_path, "identity").lazy("loop", NeverLowered())  # a warm start, ahead the same way
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        later.ahead(executor, placed_shapes(jax.eval_shape(lambda: args()[0]), jax.devices()[0]),
+                    jax.ShapeDtypeStruct((), jnp.float32))
+    assert float(later(*args())[1]) == 15.0

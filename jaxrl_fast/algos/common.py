@@ -7,6 +7,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
@@ -41,7 +42,8 @@ class ActionScale(NamedTuple):
 
 
 def action_scale(spec: EnvSpec) -> ActionScale:
-    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+    # numpy constants: jnp arithmetic here would compile a program per operation at build time
+    low, high = np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
     return ActionScale((high + low) / 2, (high - low) / 2)
 
 

@@ -43,6 +43,9 @@ class OffPolicyLoop(NamedTuple):
     acting_params: Callable[[OffPolicyState], Any]
     steps_per_iteration: int
     warmup_steps: int
+    # `(executor, init's args, warm_up)`: starts compiling the loop, and the warm-up where `warm_up`, on
+    # `executor`'s threads from the state's shapes, before `init` runs (None: each compiles at its first call)
+    compile_ahead: Callable[[Any, tuple, bool], None] | None = None
 
 
 def rows_of(transitions: Transition) -> Row:

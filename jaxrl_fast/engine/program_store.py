@@ -26,6 +26,7 @@ run: an entry it cannot remove stays.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import hashlib
@@ -172,19 +173,9 @@ class ProgramStore:
                 self._save(path, compiled)
         return compiled
 
-    def lazy(self, name: str, jitted: Callable) -> Callable:
-        """`jitted`, compiled through `compile` at its first call (later calls have the same shapes);
-        called inside another transformation (a data-parallel `shard_map`, a test's `jax.jit`), `jitted` itself."""
-        compiled: list[Callable] = []
-
-        def call(*args: Any) -> Any:
-            if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
-                return jitted(*args)
-            if not compiled:
-                compiled.append(self.compile(name, jitted, args))
-            return compiled[0](*args)
-
-        return call
+    def lazy(self, name: str, jitted: Callable) -> LazyProgram:
+        """`jitted`, compiled through `compile` at its first call, or ahead from shapes (`LazyProgram.ahead`)."""
+        return LazyProgram(self, name, jitted)
 
     def _save(self, path: Path, compiled: Any) -> None:
         from jax.experimental import serialize_executable
@@ -219,6 +210,35 @@ class ProgramStore:
             except OSError:  # another's file, a read-only store: it stays, and is compiled around each time
                 pass
             return None
+
+
+class LazyProgram:
+    """A program compiled at its first call (later calls have the same shapes), or before it, on
+    another thread, from the shapes of its arguments (`ahead`). Called inside another transformation
+    (a data-parallel `shard_map`, a test's `jax.jit`), it is `jitted` itself."""
+
+    def __init__(self, store: ProgramStore, name: str, jitted: Callable):
+        self.store, self.name, self.jitted = store, name, jitted
+        self.compiled: Callable | None = None
+        self.pending: concurrent.futures.Future | None = None
+
+    def ahead(self, executor: concurrent.futures.Executor, *shapes: Any) -> None:
+        """Start compiling on `executor` for arguments of `shapes` (see `placed_shapes`); the first call waits for it."""
+        self.pending = executor.submit(self.store.compile, self.name, self.jitted, shapes)
+
+    def __call__(self, *args: Any) -> Any:
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
+            return self.jitted(*args)
+        if self.compiled is None:
+            self.compiled = self.pending.result() if self.pending else self.store.compile(self.name, self.jitted, args)
+        return self.compiled(*args)
+
+
+def placed_shapes(tree: Any, device: Any) -> Any:
+    """`tree`'s shapes and dtypes (arrays, or `jax.eval_shape`'s output) as arguments committed to
+    `device`: what a program compiles from before its inputs exist."""
+    where = jax.sharding.SingleDeviceSharding(device)
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type), tree)
 
 
 def partial_path(path: Path) -> Path:

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_fast.networks.config import NetworkConfig
 from jaxrl_fast.networks.torso import MLP, encoded, encoder_name, mlp
@@ -73,7 +74,7 @@ class ConcatHead(nn.Module):
 
 
 def _network(module: nn.Module, spec: EnvSpec) -> Network:
-    dummy = jnp.zeros((1, *spec.obs_shape), spec.obs_dtype)
+    dummy = np.zeros((1, *spec.obs_shape), spec.obs_dtype)  # numpy: a jnp array here compiles a program at build
     return Network(init=lambda key: module.init(key, dummy), apply=module.apply)
 
 
@@ -106,12 +107,12 @@ def make_q_network(spec: EnvSpec, net: NetworkConfig, num_critics: int) -> Netwo
     """
     if encoder_name(spec, net) != "none":
         head = encoded(ConcatHead(mlp(net, 1, 1.0)), spec, net)
-        example = (jnp.zeros((1, *spec.obs_shape), spec.obs_dtype), jnp.zeros((1, math.prod(spec.action_shape))))
+        example = (np.zeros((1, *spec.obs_shape), spec.obs_dtype), np.zeros((1, math.prod(spec.action_shape)), np.float32))
         return Network(lambda key: jax.vmap(lambda k: head.init(k, *example))(jax.random.split(key, num_critics)),
                        lambda params, obs, action: jax.vmap(lambda p: head.apply(p, obs, action)[..., 0])(params))
     module = mlp(net, 1, 1.0)
     in_size = math.prod(spec.obs_shape) + math.prod(spec.action_shape)
-    dummy = jnp.zeros((1, in_size), jnp.float32)
+    dummy = np.zeros((1, in_size), np.float32)
 
     def init(key: jax.Array) -> Any:
         return jax.vmap(lambda k: module.init(k, dummy))(jax.random.split(key, num_critics))

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxrl_fast.algos.base import rollout_sizes
@@ -136,7 +137,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         optax.linear_schedule(config.learning_rate, 0.0, updates_per_role) if config.anneal_lr else config.learning_rate
     )
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
-    low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+    low, high = np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)  # no program at build
 
     def draw_sde_matrix(key: jax.Array) -> jax.Array:
         example = jnp.zeros((1, *spec.obs_shape), spec.obs_dtype)

@@ -21,6 +21,7 @@ each class builds its one loop.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Any
 
@@ -38,7 +39,7 @@ from jaxrl_fast.engine.offpolicy_steps import (
     make_pieces,
 )
 from jaxrl_fast.engine.placement import Placement, transfer
-from jaxrl_fast.engine.program_store import ProgramStore
+from jaxrl_fast.engine.program_store import ProgramStore, placed_shapes
 from jaxrl_fast.engine.replay import add_many
 from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import (
@@ -102,13 +103,23 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
 
     run_program = programs.lazy("offpolicy-run", jax.jit(run, donate_argnums=0))
     init_program = programs.lazy("offpolicy-init", jit_once(pieces.init))
+    warmup_program = programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0))
+
+    def compile_ahead(executor: concurrent.futures.Executor, init_args: tuple, warm_up: bool) -> None:
+        # XLA releases the GIL: the loop's compile (most of a cold start) overlaps init's and the warm-up's
+        shapes = placed_shapes(jax.eval_shape(pieces.init, *init_args), placement.acting)
+        run_program.ahead(executor, shapes, jax.ShapeDtypeStruct((), jnp.int32))
+        if warm_up:
+            warmup_program.ahead(executor, shapes)
+
     return OffPolicyLoop(
         init=pieces.init if axis_name else lambda *args: init_program(*jax.device_put(args, placement.acting)),
-        warmup=programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0)),
+        warmup=warmup_program,
         run=lambda state, n: run_program(state, jnp.int32(n)),
         acting_params=acting_params,
         steps_per_iteration=steps_per_iteration,
         warmup_steps=plan.warmup_iterations * steps_per_iteration,
+        compile_ahead=None if axis_name else compile_ahead,
     )
 
 
@@ -253,13 +264,18 @@ class OffPolicySchedule(ScheduleBase):
 
     def start(self, restored: Any | None) -> float:
         env = self.ctx.env
-        self.state = self.loop.init(agent_keys(self.ctx.config.seed, self.ctx.config.num_seeds), env.handle, env.reset())
-        if restored is not None:
-            self.state = self.state._replace(**restored.into(self.snapshot().state))
+        args = (agent_keys(self.ctx.config.seed, self.ctx.config.num_seeds), env.handle, env.reset())
+        warm_up = restored is None or not self.ctx.config.checkpoint_replay  # an empty buffer: random actions fill it
         begin = time.perf_counter()
-        if restored is None or not self.ctx.config.checkpoint_replay:  # an empty buffer: fill it with random actions
-            self.state, _ = self.loop.warmup(self.state)  # also compiles the acting program
-        self.state, _, _ = self.loop.run(self.state, 0)  # compiles the learning program(s)
+        with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop") as compiler:
+            if self.loop.compile_ahead is not None:
+                self.loop.compile_ahead(compiler, args, warm_up)
+            self.state = self.loop.init(*args)
+            if restored is not None:
+                self.state = self.state._replace(**restored.into(self.snapshot().state))
+            if warm_up:
+                self.state, _ = self.loop.warmup(self.state)  # also compiles the acting program
+            self.state, _, _ = self.loop.run(self.state, 0)  # compiles the learning program(s)
         jax.block_until_ready(self.state)
         return time.perf_counter() - begin
 

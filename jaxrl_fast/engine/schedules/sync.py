@@ -11,6 +11,7 @@ host cannot cut calls per shard, requests leave the program through `io_callback
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -30,7 +31,7 @@ from jaxrl_fast.engine.acting import (
     make_collect,
     observe,
 )
-from jaxrl_fast.engine.program_store import ProgramStore
+from jaxrl_fast.engine.program_store import ProgramStore, placed_shapes
 from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import (
     CallResult,
@@ -235,9 +236,7 @@ class OnPolicySync(ScheduleBase):
             begin = time.perf_counter()
             # The loop compiles from the state's shapes on a second thread while `init` compiles and
             # runs here: XLA releases the GIL, so the two compilations overlap.
-            where = jax.sharding.SingleDeviceSharding(acting)
-            placed = lambda tree: jax.tree.map(  # noqa: E731
-                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type), tree)
+            placed = functools.partial(placed_shapes, device=acting)
             shapes = placed(jax.eval_shape(self.loop.init, *args))
             with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop") as compiler:
                 store = ProgramStore.for_run(self.ctx.config, env, self.ctx.plan, self.ctx.placement)

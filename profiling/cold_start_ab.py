@@ -1,0 +1,79 @@
+"""Cold time to threshold of two checkouts, interleaved per seed: a change's effect on start-up.
+
+    git worktree add /tmp/before REV
+    python profiling/cold_start_ab.py --before /tmp/before --tasks sac_pendulum,ppo_cartpole --seeds 0,1,2,3,4
+
+For each task of `experiments/protocol.py` and each seed, one training process per checkout, one
+after the other (`before` first), each with an empty compilation cache of its own, under the
+interpreter running this script; the checkout is put first on `PYTHONPATH` and the process runs
+from outside the repository. Reads `time_to_target_s` (from the process's creation), `target_step`
+and `compile_s` from each run's `summary.json`, prints them as they come, then each arm's median
+and range per task, and writes the rows to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "experiments"))
+from protocol import TASKS  # noqa: E402
+
+
+def timed_run(checkout: Path, args: list[str], seed: int) -> dict:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as runs:
+        run_dir = Path(runs) / "run"
+        env = dict(os.environ, JAXRL_FAST_COMPILE_CACHE_DIR=cache,
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")])))
+        subprocess.run([sys.executable, "-m", "jaxrl_fast.train", *args, "--seed", str(seed), "--run-dir", str(run_dir),
+                        "--progress", "off"], env=env, cwd=runs, check=True, stdout=subprocess.DEVNULL)
+        summary = json.loads((run_dir / "summary.json").read_text())
+    return {"time_to_target_s": summary["time_to_target_s"], "target_step": summary["target_step"],
+            "compile_s": summary["compile_s"]}
+
+
+def revision(checkout: Path) -> str:
+    """The checkout's commit, with `+edits` where its tracked files differ from it."""
+    git = ["git", "-C", str(checkout)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    edited = subprocess.run([*git, "diff", "--quiet", "HEAD"]).returncode != 0
+    return commit + ("+edits" if edited else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, required=True, help="the checkout to compare against (a git worktree)")
+    parser.add_argument("--after", type=Path, default=HERE.parent, help="default: this checkout")
+    parser.add_argument("--tasks", default="ppo_cartpole,sac_pendulum", help=f"comma-separated, from {', '.join(TASKS)}")
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--out", type=Path, default=Path("cold_start_ab.json"))
+    args = parser.parse_args()
+    arms = {"before": args.before.resolve(), "after": args.after.resolve()}
+    rows = []
+    for task in args.tasks.split(","):
+        for seed in map(int, args.seeds.split(",")):
+            for arm, checkout in arms.items():
+                row = {"task": task, "seed": seed, "arm": arm, **timed_run(checkout, TASKS[task].args, seed)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    for task in args.tasks.split(","):
+        for arm in arms:
+            times = [r["time_to_target_s"] for r in rows if r["task"] == task and r["arm"] == arm]
+            print(f"{task:14s} {arm:6s} median {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f})")
+    record = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "checkouts": {arm: revision(path) for arm, path in arms.items()}, "rows": rows}
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
