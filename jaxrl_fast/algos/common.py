@@ -29,8 +29,8 @@ def random_act(spec: EnvSpec) -> Callable[[Any, Any], Act]:
 class ActionScale(NamedTuple):
     """The affine map from [-1, 1] (a tanh's range) onto a box of actions."""
 
-    center: jax.Array  # [A]
-    half_width: jax.Array  # [A]
+    center: np.ndarray  # [A], numpy: a constant of the programs that use it
+    half_width: np.ndarray  # [A]
 
     def to_env(self, unit_action: jax.Array) -> jax.Array:
         return self.center + self.half_width * unit_action
