@@ -141,7 +141,7 @@ def test_the_concurrent_schedules_programs_are_stored_and_loaded_by_a_second_pro
     assert json.loads((tmp_path / "a" / "config.json").read_text())["placement"]["learner"] == "cpu:1"
     assert sorted(p.name.rsplit("-", 1)[0] for p in cache.glob("programs-jax-*/concurrent-*.executable")) == [
         "concurrent-collect", "concurrent-env-init", "concurrent-init", "concurrent-update"]
-    programs = {"jit(collect_program)", "jit(update)", "jit(init)", "jit(env_init)"}
+    programs = {"jit(rollout)", "jit(update)", "jit(init)", "jit(env_init)"}
     assert programs <= set(first["compiled"]), first["compiled"]
     second, _ = train(tmp_path / "b", cache, *flags)
     assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]

@@ -66,7 +66,7 @@ from jaxrl_fast.calibration.choose import (
 from jaxrl_fast.config.checks import config_errors
 from jaxrl_fast.config.plan import default_env_threads, off_policy_plan
 from jaxrl_fast.config.run import TrainConfig, algo_config, family
-from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect, observe
+from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect, make_rollout
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.offpolicy_steps import make_pieces
 from jaxrl_fast.engine.placement import Placement, describe, describe_devices
@@ -453,12 +453,8 @@ def measure_overlap(setup: Setup, num_envs: int, num_threads: int, num_steps: in
     (of the batch collected before) dispatched on `learner`, the rollout run on `acting` meanwhile
     with the parameters it had, the rollout moved to the learner. Seconds per iteration."""
     env = open_env(setup, num_envs, num_threads)
-    algo, collect = sized_algorithm(setup.config, setup.spec, num_envs), make_collect(env, setup.options, num_steps)
-
-    def rollout(carry, state, key):  # concurrent's collect program, its episode statistics too
-        carry, transitions, finished = collect(carry, lambda obs, k: algo.act(state, obs, k), key)
-        return carry, Rollout(transitions, observe(setup.options, carry.obs_moments, carry.obs)), finished
-
+    algo = sized_algorithm(setup.config, setup.spec, num_envs)
+    rollout = make_rollout(env, setup.options, algo.act, num_steps)  # concurrent's program
     collect_program, update = jax.jit(rollout, donate_argnums=0), jax.jit(algo.update)
     state = jax.device_put(algo.init(jax.random.key(0)), learner)
     carry, first, _ = collect_program(env_carry_on(setup, env, acting), jax.device_put(state, acting),

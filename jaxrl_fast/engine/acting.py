@@ -25,7 +25,7 @@ from jaxrl_fast.ops.normalization import (
     scale_rewards,
     update_moments,
 )
-from jaxrl_fast.types import Act, BatchedEnv, Transition
+from jaxrl_fast.types import Act, BatchedEnv, Rollout, Transition
 
 
 class EnvOptions(NamedTuple):
@@ -215,3 +215,16 @@ def make_collect(env: BatchedEnv, options: EnvOptions, length: int, num_agents: 
         return carry._replace(episodes=episodes), tr, finished
 
     return collect
+
+
+def make_rollout(env: BatchedEnv, options: EnvOptions, act: Callable[[Any, jax.Array, jax.Array], Act], length: int):
+    """`rollout(carry, algo_state, key) -> (carry, Rollout, finished episodes)`: `length` steps acting
+    with `act(algo_state, obs, key)`, and the observation the update bootstraps from. What the
+    on-policy `concurrent` schedule dispatches each iteration, and calibration times as it."""
+    collect = make_collect(env, options, length)
+
+    def rollout(carry: EnvCarry, algo_state: Any, key: jax.Array) -> tuple[EnvCarry, Rollout, EpisodeStats]:
+        carry, transitions, finished = collect(carry, lambda obs, k: act(algo_state, obs, k), key)
+        return carry, Rollout(transitions, observe(options, carry.obs_moments, carry.obs)), finished
+
+    return rollout

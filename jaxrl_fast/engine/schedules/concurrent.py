@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import jax
 
 from jaxrl_fast.engine import phases
-from jaxrl_fast.engine.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_collect, observe
+from jaxrl_fast.engine.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_rollout
 from jaxrl_fast.engine.placement import transfer
 from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.run_once import jit_once
@@ -59,14 +59,9 @@ class OnPolicyConcurrent(ScheduleBase):
         self.acting, self.learner = ctx.placement.acting, ctx.placement.learner
         self.clock = PhaseClock()
         self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
-        collect = make_collect(ctx.env, options, algo.rollout_length)
-
-        def collect_program(env_carry: EnvCarry, algo_state: Any, key: jax.Array):
-            env_carry, transitions, finished = collect(env_carry, lambda obs, k: algo.act(algo_state, obs, k), key)
-            return env_carry, Rollout(transitions, observe(options, env_carry.obs_moments, env_carry.obs)), finished
-
+        rollout = make_rollout(ctx.env, options, algo.act, algo.rollout_length)
         self.programs = ProgramStore.for_run(ctx.config, ctx.env, ctx.plan, ctx.placement)
-        self._collect = self.programs.lazy("concurrent-collect", jax.jit(collect_program, donate_argnums=0))
+        self._collect = self.programs.lazy("concurrent-collect", jax.jit(rollout, donate_argnums=0))
         self._update = self.programs.lazy("concurrent-update", jax.jit(jax.named_scope(phases.UPDATE)(algo.update)))
 
     def init(self, key: jax.Array) -> ConcurrentState:
