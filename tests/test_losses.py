@@ -91,6 +91,22 @@ def test_ppo_loss_matches_the_clipped_surrogate_by_hand():
     np.testing.assert_allclose(metrics["train/approx_kl"], kl, rtol=1e-5)
 
 
+def test_ppo_value_loss_clipped_takes_the_larger_error_and_stops_the_clipped_moves_gradient():
+    same = jnp.zeros(3)
+    value, old_value, target = jnp.array([1.0, 1.9, 9.0]), jnp.array([0.9, 0.5, 0.0]), jnp.array([2.0, 2.0, -9.0])
+    clipped_loss = lambda v, ov: ppo_loss(same, same, same, same, v, target, WEIGHT, 0.2, 0.5, 0.0, False,  # noqa: E731
+                                          old_value=ov)
+    _, metrics = both_ways(clipped_loss, value, old_value)
+    # sample 0 moved 0.1 (inside eps): its error 1.0 either way; sample 1 moved 1.4 towards its target:
+    # clipped to 0.5 + 0.2 = 0.7, error 1.69 against 0.01 unclipped; sample 2 is a reset step
+    np.testing.assert_allclose(metrics["train/value_loss"], 0.5 * np.mean([1.0, 1.69]), rtol=1e-5)
+    _, unclipped = ppo_loss(same, same, same, same, value, target, WEIGHT, 0.2, 0.5, 0.0, False)
+    np.testing.assert_allclose(unclipped["train/value_loss"], 0.5 * np.mean([1.0, 0.01]), rtol=1e-5)
+    grad = jax.grad(lambda v: clipped_loss(v, old_value)[0])(value)
+    # vf_coef x 0.5 x the mean over two samples x d(v - t)^2/dv; the clipped branch of sample 1 is flat
+    np.testing.assert_allclose(grad, [0.5 * 0.5 * 0.5 * 2 * (1.0 - 2.0), 0.0, 0.0], atol=1e-6)
+
+
 def test_ppo_loss_standardises_advantages_over_the_weighted_samples():
     same = jnp.zeros(3)
     advantage = jnp.array([3.0, 1.0, 100.0])  # standardised over the two transitions: [1, -1]

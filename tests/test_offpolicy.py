@@ -27,6 +27,22 @@ def test_wrong_action_space_is_refused():
         make_algorithm(TrainConfig(algo="dqn"), probe_spec("Pendulum-v1"))
 
 
+def test_sac_temperature_moves_towards_the_target_entropy_per_action_dimension():
+    """One actor update from the same state and batch: a target above the policy's entropy raises
+    the temperature, one below lowers it (the field reaches the temperature's loss)."""
+    spec = probe_spec("Pendulum-v1")
+    obs, weight = jnp.zeros((8, *spec.obs_shape)), jnp.ones(8)
+
+    def alpha_after_one_update(per_action):
+        algo = make_algorithm(make_config("Pendulum-v1", "sac", sac=dict(target_entropy_per_action=per_action)), spec)
+        actor, critic = algo.init(jax.random.key(0))
+        moved, _ = algo.update_actor(actor, algo.critic_exchange(critic), obs, weight, jax.random.key(1))
+        return float(jnp.exp(moved.log_alpha)), float(jnp.exp(actor.log_alpha))
+
+    (high, start), (low, _) = alpha_after_one_update(50.0), alpha_after_one_update(-50.0)
+    assert low < start < high
+
+
 def build(algo_name, env_id, placement, exchange="fresh", num_envs=2, seed=0):
     config = make_config(env_id, algo_name, num_envs=num_envs, **{algo_name: dict(learning_starts=64, batch_size=32)})
     hyper = getattr(config, algo_name)

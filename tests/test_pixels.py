@@ -252,6 +252,7 @@ def test_procgen_frames_are_channels_first_rgb_and_take_the_published_ppo_settin
     config = parse_args(["--env", "StarpilotEasy-v0", "--algo", "ppo"])
     assert (config.num_envs, config.ppo.num_steps, config.ppo.update_epochs, config.ppo.gamma) == (64, 256, 3, 0.999)
     assert config.ppo.encoder == "impala" and config.scale_rewards
+    assert config.ppo.clip_value_loss and not config.ppo.anneal_lr  # CleanRL's clip_vloss, a constant rate
     assert parse_args(["--env", "StarpilotEasy-v0", "--algo", "pqn"]).pqn.encoder == "impala"
 
 

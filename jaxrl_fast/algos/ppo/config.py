@@ -26,6 +26,8 @@ class PPOConfig(RolloutConfig):
     """Policy ratio clipping."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
+    clip_value_loss: bool = False
+    """Also clip the value's move to +-clip_coef, taking the larger error (CleanRL's clip_vloss)."""
     ent_coef: float = 0.0
     """Weight of the entropy bonus."""
     normalize_advantages: bool = True

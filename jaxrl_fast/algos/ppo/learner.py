@@ -52,6 +52,7 @@ class Batch(NamedTuple):
     advantage: jax.Array
     target: jax.Array  # value target: advantage + V(s)
     weight: jax.Array  # 1.0 for transitions, 0.0 for EnvPool's reset steps
+    value: Any = ()  # [N] V(s) before the update's epochs, only with clip_value_loss (no array otherwise)
 
 
 def gaussian_params(policy_net: Network, config: PPOConfig, actor_params: Any, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -76,7 +77,8 @@ def make_loss(config: PPOConfig, spec: EnvSpec, policy_net: Network, value_net: 
         log_prob, entropy = log_prob_and_entropy(params.actor, mb.obs, mb.action)
         value = value_net.apply(params.critic, mb.obs)
         return ppo_loss(log_prob, mb.log_prob, mb.advantage, entropy, value, mb.target, mb.weight, config.clip_coef,
-                        config.vf_coef, config.ent_coef, config.normalize_advantages)
+                        config.vf_coef, config.ent_coef, config.normalize_advantages,
+                        old_value=mb.value if config.clip_value_loss else None)
 
     return loss_fn
 
@@ -113,6 +115,7 @@ def make_update(config: PPOConfig, optimizer: optax.GradientTransformation, loss
             log_prob=flat(tr.extras.log_prob),
             advantage=flat(advantage),
             target=flat(advantage + value),
+            value=flat(value) if config.clip_value_loss else (),
             weight=flat(tr.valid.astype(jnp.float32)),
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from jaxrl_fast.algos.base import AlgorithmSpec, ReplayConfig, rate_errors, validate_replay
@@ -23,7 +24,9 @@ class SACConfig(ReplayConfig):
     init_alpha: float = 1.0
     """Initial entropy temperature."""
     autotune: bool = True
-    """Tune the entropy temperature towards -action_dim."""
+    """Tune the entropy temperature towards the target entropy."""
+    target_entropy_per_action: float = -1.0
+    """Target entropy per action dimension (SB3, CleanRL: -1; jaxrl on dm_control: -0.5)."""
     use_sde: bool = False
     """gSDE exploration (docs/algorithms.md)."""
     sde_sample_freq: int = 32
@@ -38,6 +41,8 @@ METRICS = ("train/critic_loss", "train/q_mean", "train/actor_loss", "train/alpha
 def validate(config: SACConfig, train: Any) -> list[str]:
     checks = [
         (0.0 < config.tau <= 1.0, f"--sac.tau must be in (0, 1], got {config.tau}"),
+        (math.isfinite(config.target_entropy_per_action),
+         f"--sac.target-entropy-per-action must be a finite number, got {config.target_entropy_per_action}"),
         (config.sde_sample_freq >= 1, f"--sac.sde-sample-freq must be positive, got {config.sde_sample_freq}"),
         (not config.use_sde or train.env_batch_size in (0, train.num_envs),
          f"--sac.use-sde holds a matrix per env, but --env-batch-size {train.env_batch_size} acts on other envs each "

@@ -86,7 +86,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
     policy_net = make_squashed_gaussian_policy(spec, config, config.log_std_init if config.use_sde else None)
     q_net = make_q_network(spec, config, num_critics=2)
     scale = action_scale(spec)
-    target_entropy = -float(math.prod(spec.action_shape))
+    target_entropy = config.target_entropy_per_action * float(math.prod(spec.action_shape))
     policy_opt, alpha_opt = optax.adam(config.actor_lr), optax.adam(config.alpha_lr)  # averaged by update_actor
     q_opt = mean_over_shards(optax.adam(config.critic_lr), axis_name)
 
