@@ -228,3 +228,17 @@ def test_a_program_compiled_ahead_from_shapes_is_what_its_first_call_runs_and_a_
         later.ahead(executor, placed_shapes(jax.eval_shape(lambda: args()[0]), jax.devices()[0]),
                     jax.ShapeDtypeStruct((), jnp.float32))
     assert float(later(*args())[1]) == 15.0
+
+
+def test_a_failed_compile_from_shapes_falls_back_to_the_real_arguments(tmp_path, caplog):
+    import concurrent.futures
+
+    program, constant = fresh_program()
+    state, n = args()
+    lazy = ProgramStore(tmp_path, "identity").lazy("loop", program)
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:  # a state of another rank: its trace fails
+        lazy.ahead(executor, jax.ShapeDtypeStruct((2, 3, 4), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32))
+    with caplog.at_level(logging.WARNING, logger="jaxrl_fast.engine.program_store"):
+        out, total = lazy(state, n)
+    np.testing.assert_allclose(np.asarray(out["x"]), np.arange(6.0).reshape(2, 3) * 2 + constant + 1, rtol=1e-6)
+    assert float(total) == 15.0 and "compile from its arguments' shapes failed" in caplog.text

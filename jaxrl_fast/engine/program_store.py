@@ -230,8 +230,19 @@ class LazyProgram:
         if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
             return self.jitted(*args)
         if self.compiled is None:
-            self.compiled = self.pending.result() if self.pending else self.store.compile(self.name, self.jitted, args)
+            self.compiled = self._compile_first(args)
         return self.compiled(*args)
+
+    def _compile_first(self, args: tuple) -> Callable:
+        """What the ahead compile made; if it failed, a compile from the real arguments (whose error,
+        if it fails too, is the one raised)."""
+        if self.pending is not None:
+            try:
+                return self.pending.result()
+            except Exception as error:  # noqa: BLE001 - shapes are a guess at the arguments: try them
+                log.warning("%s: the compile from its arguments' shapes failed (%s: %s); compiling from the "
+                            "arguments", self.name, type(error).__name__, error)
+        return self.store.compile(self.name, self.jitted, args)
 
 
 def placed_shapes(tree: Any, device: Any) -> Any:
