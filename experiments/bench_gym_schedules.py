@@ -8,7 +8,10 @@ A Gymnasium env steps in Python on the host (one core, under the GIL), while the
 programs release the GIL: the `async` schedule's actor thread steps the envs while the learner
 updates, where `sync` does one after the other. Each row is `python -m jaxrl_fast.train` in a fresh
 process at the task's preset, evaluations off, and reads back env steps/s over training time
-(compilation excluded), the final evaluation, and the async run's mean policy lag. Writes
+(compilation excluded), the final evaluation, and the async run's mean policy lag. For the async
+runs it also sums the phase clock's busy seconds from metrics.jsonl (`timing/env_s`: the actor's
+programs, the Python envs' steps inside them; `timing/update_s`: the learner's; `timing/overlap_s`;
+the controller's waits), the inputs of docs/schedules.md's model. Writes
 `experiments/results/bench_gym_schedules.json` (`--out`).
 """
 
@@ -42,24 +45,43 @@ def run(flags: list[str], schedule: str, seed: int) -> dict:
         if done.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
         summary = json.loads((run_dir / "summary.json").read_text())
+        phases = phase_seconds(run_dir / "metrics.jsonl")
     return {"schedule": schedule, "seed": seed, "sps": summary["sps"], "train_s": summary["train_s"],
-            "final_eval": summary["final_eval_return_mean"], "policy_lag_mean": summary.get("policy_lag_mean")}
+            "steps": summary["steps"], "final_eval": summary["final_eval_return_mean"],
+            "policy_lag_mean": summary.get("policy_lag_mean"), **phases}
+
+
+PHASES = ("timing/env_s", "timing/update_s", "timing/overlap_s")
+WAITS = ("timing/actor_wait_s", "timing/learner_wait_s")  # cumulative in each line: the last one counts
+
+
+def phase_seconds(metrics_path: Path) -> dict[str, float]:
+    """The run's busy seconds per phase (summed over its log lines) and the controller's waits."""
+    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    busy = {key.split("/")[1]: sum(line.get(key, 0.0) for line in lines) for key in PHASES}
+    waits = {key.split("/")[1]: max((line[key] for line in lines if key in line), default=0.0) for key in WAITS}
+    return {name: value for name, value in (busy | waits).items() if value}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="dqn_gym_acrobot,sac_gym_pendulum", help=f"any of {', '.join(TASKS)}")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--dispatch-steps", type=int, default=0,
+                        help="the async runs' --dispatch-steps (0: the engine's default; sync runs fused, whatever it is)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_gym_schedules.json")
     args = parser.parse_args()
     import jax
 
-    result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}",
+    extra = ["--dispatch-steps", str(args.dispatch_steps)] if args.dispatch_steps else []
+    result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}"
+                         + (f" --dispatch-steps {args.dispatch_steps}" if args.dispatch_steps else ""),
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
                           "jax": jax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
               "tasks": {}}
     for task in args.tasks.split(","):
-        rows = [run(TASKS[task], schedule, seed) for seed in range(args.seeds) for schedule in SCHEDULES]
+        rows = [run(TASKS[task] + (extra if schedule == "async" else []), schedule, seed)
+                for seed in range(args.seeds) for schedule in SCHEDULES]
         medians = {s: {k: statistics.median(r[k] for r in rows if r["schedule"] == s) for k in ("sps", "final_eval")}
                    for s in SCHEDULES}
         ratio = medians["async"]["sps"] / medians["sync"]["sps"]
