@@ -11,8 +11,10 @@ process at the task's preset, evaluations off, and reads back env steps/s over t
 (compilation excluded), the final evaluation, and the async run's mean policy lag. For the async
 runs it also sums the phase clock's busy seconds from metrics.jsonl (`timing/env_s`: the actor's
 programs, the Python envs' steps inside them; `timing/update_s`: the learner's; `timing/overlap_s`;
-the controller's waits), the inputs of docs/schedules.md's model. Writes
-`experiments/results/bench_gym_schedules.json` (`--out`).
+the controller's waits; the sync runs, one fused program, log none), the inputs of
+docs/schedules.md's model. Writes
+`experiments/results/bench_gym_schedules.json` (`--out`); `--phases-of RECORD` adds the phases
+per step to a record written before they were.
 """
 
 from __future__ import annotations
@@ -63,6 +65,20 @@ def phase_seconds(metrics_path: Path) -> dict[str, float]:
     return {name: value for name, value in (busy | waits).items() if value}
 
 
+def phases_per_step(rows: list[dict]) -> dict[str, float]:
+    """Medians over seeds, in microseconds per trained env step (sps x train_s, warm-up excluded):
+    `a` the async actor's busy time, `l` the async learner's, `f` a sync step, `T` an async step
+    (docs/schedules.md's model)."""
+    def median(schedule, value):
+        return statistics.median(value(r) for r in rows if r["schedule"] == schedule)
+
+    def per_step(key):
+        return lambda r: 1e6 * r.get(key, 0.0) / (r["sps"] * r["train_s"])
+
+    return {"a": median("async", per_step("env_s")), "l": median("async", per_step("update_s")),
+            "f": median("sync", lambda r: 1e6 / r["sps"]), "T": median("async", lambda r: 1e6 / r["sps"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="dqn_gym_acrobot,sac_gym_pendulum", help=f"any of {', '.join(TASKS)}")
@@ -70,7 +86,15 @@ def main() -> None:
     parser.add_argument("--dispatch-steps", type=int, default=0,
                         help="the async runs' --dispatch-steps (0: the engine's default; sync runs fused, whatever it is)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_gym_schedules.json")
+    parser.add_argument("--phases-of", type=Path, help="run nothing: add the phases per step to this record's tasks")
     args = parser.parse_args()
+    if args.phases_of:
+        record = json.loads(args.phases_of.read_text())
+        for task, entry in record["tasks"].items():
+            entry["phases_us"] = phases_per_step(entry["rows"])
+            print(task, {k: round(v, 1) for k, v in entry["phases_us"].items()})
+        args.phases_of.write_text(json.dumps(record, indent=1) + "\n")
+        return
     import jax
 
     extra = ["--dispatch-steps", str(args.dispatch_steps)] if args.dispatch_steps else []
@@ -85,7 +109,8 @@ def main() -> None:
         medians = {s: {k: statistics.median(r[k] for r in rows if r["schedule"] == s) for k in ("sps", "final_eval")}
                    for s in SCHEDULES}
         ratio = medians["async"]["sps"] / medians["sync"]["sps"]
-        result["tasks"][task] = {"flags": TASKS[task], "rows": rows, "medians": medians, "async_over_sync_sps": ratio}
+        result["tasks"][task] = {"flags": TASKS[task], "rows": rows, "medians": medians, "async_over_sync_sps": ratio,
+                                 "phases_us": phases_per_step(rows)}
         print(f"{task}: sync {medians['sync']['sps']:,.0f} steps/s (final {medians['sync']['final_eval']:.1f}), "
               f"async {medians['async']['sps']:,.0f} (final {medians['async']['final_eval']:.1f}): {ratio:.2f}x", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

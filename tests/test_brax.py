@@ -49,8 +49,8 @@ def test_brax_tasks_take_the_brax_family_presets():
 @pytest.mark.slow
 def test_ppo_balances_brax_inverted_pendulum(tmp_path):
     """Three agents, 61,440 steps each, on the `[brax.ppo]` preset's rate schedule, clip and
-    activation: at least two end balanced for most of the 1,000 steps. Seeds 0-2 end at 1,000 (here,
-    2026-11-28); 16 agents in one run (`experiments/learning_margins.py --cases ppo_brax_pendulum`,
+    activation: at least two end balanced for most of the 1,000 steps. Seeds 0-2 end at 1,000 (this
+    test's run, 2026-11-28); 16 agents in one run (`experiments/learning_margins.py --cases ppo_brax_pendulum`,
     `experiments/results/learning_margins_brax_preset.json`; a run of 16 batches its agents' maths
     differently from a run of 3, so its seeds 0-2 are other trajectories) ended 15 at 1,000 and one at
     179.6; with the preset before (an annealed rate, clip 0.2, tanh) 13 at 1,000, and 900.7, 641.7, 269.2."""

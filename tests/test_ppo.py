@@ -131,6 +131,31 @@ def test_reset_steps_do_not_contribute_to_the_update():
     chex.assert_trees_all_close(s1.params, s2.params, rtol=1e-5, atol=1e-6)
 
 
+def test_the_clipped_value_loss_changes_only_the_critics_update_and_only_when_it_clips():
+    """One update, whole: with a clip too wide to bind, clipping the value loss changes nothing; with
+    a tight one, only the critic moves otherwise (the policy's loss does not see V's error)."""
+    env = make_xla_env("CartPole-v1", num_envs=2, num_threads=1, seed=0)
+    obs = jax.random.normal(jax.random.key(1), (8, 2, 4))
+
+    def updated(clip_coef, clip_value_loss):
+        ppo = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=2, clip_coef=clip_coef,
+                        clip_value_loss=clip_value_loss)
+        algo = make_ppo(ppo, env.spec, total_steps=1000)
+        state = algo.init(jax.random.key(0))
+        act = jax.tree.map(lambda *a: jnp.stack(a), *[algo.act(state, obs[t], jax.random.key(t)) for t in range(8)])
+        rewards = 10.0 * jnp.ones((8, 2))  # targets far from the fresh critic's values: the clip binds
+        rollout = Rollout(Transition(obs, act.action, rewards, jnp.zeros((8, 2), bool), jnp.zeros((8, 2), bool),
+                                     jnp.ones((8, 2), bool), act.extras), jnp.zeros((2, 4)))
+        return jax.jit(algo.update)(state, rollout, jax.random.key(2))[0].params
+
+    wide_off, wide_on = updated(1e6, False), updated(1e6, True)
+    chex.assert_trees_all_close(wide_off, wide_on, rtol=1e-6, atol=1e-7)
+    tight_off, tight_on = updated(0.01, False), updated(0.01, True)
+    chex.assert_trees_all_close(tight_off.actor, tight_on.actor, rtol=1e-6, atol=1e-7)
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), tight_off.critic, tight_on.critic))
+    assert max(moved) > 1e-4
+
+
 def test_presets_resolve_for_every_shipped_file():
     from jaxrl_fast.config.presets import available_presets
     from jaxrl_fast.env.ids import env_family

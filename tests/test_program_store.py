@@ -236,7 +236,7 @@ def test_a_failed_compile_from_shapes_falls_back_to_the_real_arguments(tmp_path,
     program, constant = fresh_program()
     state, n = args()
     lazy = ProgramStore(tmp_path, "identity").lazy("loop", program)
-    with concurrent.futures.ThreadPoolExecutor(1) as executor:  # a state of another rank: its trace fails
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:  # a state of another structure: its trace fails
         lazy.ahead(executor, jax.ShapeDtypeStruct((2, 3, 4), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32))
     with caplog.at_level(logging.WARNING, logger="jaxrl_fast.engine.program_store"):
         out, total = lazy(state, n)

@@ -215,7 +215,8 @@ class ProgramStore:
 class LazyProgram:
     """A program compiled at its first call (later calls have the same shapes), or before it, on
     another thread, from the shapes of its arguments (`ahead`). Called inside another transformation
-    (a data-parallel `shard_map`, a test's `jax.jit`), it is `jitted` itself."""
+    (a data-parallel `shard_map`, a test's `jax.jit`), it is `jitted` itself. If the compile from
+    shapes fails, the first call compiles from its real arguments."""
 
     def __init__(self, store: ProgramStore, name: str, jitted: Callable):
         self.store, self.name, self.jitted = store, name, jitted
