@@ -3,6 +3,7 @@
     python experiments/bench_gym_schedules.py                   # DQN gym:Acrobot-v1, SAC gym:Pendulum-v1, seeds 0-2
     python experiments/bench_gym_schedules.py --seeds 5 --tasks sac_gym_pendulum
     python experiments/bench_gym_schedules.py --tasks dqn_gym_acrobot_50k,dqn_gym_cartpole
+    python experiments/bench_gym_schedules.py --variants sync,async,async@256 --seeds 8   # learning at two dispatch sizes
 
 A Gymnasium env steps in Python on the host (one core, under the GIL), while the learner's XLA
 programs release the GIL: the `async` schedule's actor thread steps the envs while the learner
@@ -12,7 +13,8 @@ process at the task's preset, evaluations off, and reads back env steps/s over t
 runs it also sums the phase clock's busy seconds from metrics.jsonl (`timing/env_s`: the actor's
 programs, the Python envs' steps inside them; `timing/update_s`: the learner's; `timing/overlap_s`;
 the controller's waits; the sync runs, one fused program, log none), the inputs of
-docs/schedules.md's model. Writes
+docs/schedules.md's model. `--variants` names the runs of each seed: a schedule, or `async@N` for
+async at `--dispatch-steps N` (rows are labelled so; `async` is the engine's default). Writes
 `experiments/results/bench_gym_schedules.json` (`--out`); `--phases-of RECORD` adds the phases
 per step to a record written before they were.
 """
@@ -35,20 +37,25 @@ TASKS = {
     "dqn_gym_cartpole": ["--algo", "dqn", "--env", "gym:CartPole-v1", "--total-steps", "50000"],
     "sac_gym_pendulum": ["--algo", "sac", "--env", "gym:Pendulum-v1", "--total-steps", "8000"],
 }
-SCHEDULES = ("sync", "async")
 
 
-def run(flags: list[str], schedule: str, seed: int) -> dict:
+def variant_flags(variant: str) -> list[str]:
+    """`sync`, `async`, or `async@N` (async at --dispatch-steps N) as train flags."""
+    schedule, _, dispatch = variant.partition("@")
+    return ["--schedule", schedule] + (["--dispatch-steps", dispatch] if dispatch else [])
+
+
+def run(flags: list[str], variant: str, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "jaxrl_fast.train", *flags, "--schedule", schedule, "--seed", str(seed),
+        cmd = [sys.executable, "-m", "jaxrl_fast.train", *flags, *variant_flags(variant), "--seed", str(seed),
                "--eval-interval", "0", "--progress", "off", "--run-dir", str(run_dir)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
         summary = json.loads((run_dir / "summary.json").read_text())
         phases = phase_seconds(run_dir / "metrics.jsonl")
-    return {"schedule": schedule, "seed": seed, "sps": summary["sps"], "train_s": summary["train_s"],
+    return {"schedule": variant, "seed": seed, "sps": summary["sps"], "train_s": summary["train_s"],
             "steps": summary["steps"], "final_eval": summary["final_eval_return_mean"],
             "policy_lag_mean": summary.get("policy_lag_mean"), **phases}
 
@@ -65,26 +72,28 @@ def phase_seconds(metrics_path: Path) -> dict[str, float]:
     return {name: value for name, value in (busy | waits).items() if value}
 
 
-def phases_per_step(rows: list[dict]) -> dict[str, float]:
+def phases_per_step(rows: list[dict], variant: str = "async") -> dict[str, float]:
     """Medians over seeds, in microseconds per trained env step (sps x train_s, warm-up excluded):
     `a` the async actor's busy time, `l` the async learner's, `f` a sync step, `T` an async step
-    (docs/schedules.md's model)."""
+    (docs/schedules.md's model); `variant` names the async rows."""
     def median(schedule, value):
         return statistics.median(value(r) for r in rows if r["schedule"] == schedule)
 
     def per_step(key):
         return lambda r: 1e6 * r.get(key, 0.0) / (r["sps"] * r["train_s"])
 
-    return {"a": median("async", per_step("env_s")), "l": median("async", per_step("update_s")),
-            "f": median("sync", lambda r: 1e6 / r["sps"]), "T": median("async", lambda r: 1e6 / r["sps"])}
+    return {"a": median(variant, per_step("env_s")), "l": median(variant, per_step("update_s")),
+            "f": median("sync", lambda r: 1e6 / r["sps"]), "T": median(variant, lambda r: 1e6 / r["sps"])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="dqn_gym_acrobot,sac_gym_pendulum", help=f"any of {', '.join(TASKS)}")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--variants", default="sync,async",
+                        help="runs of each seed: sync, async, async@N (async at --dispatch-steps N)")
     parser.add_argument("--dispatch-steps", type=int, default=0,
-                        help="the async runs' --dispatch-steps (0: the engine's default; sync runs fused, whatever it is)")
+                        help="the same as --variants sync,async@N (sync runs fused, whatever it is)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_gym_schedules.json")
     parser.add_argument("--phases-of", type=Path, help="run nothing: add the phases per step to this record's tasks")
     args = parser.parse_args()
@@ -97,22 +106,28 @@ def main() -> None:
         return
     import jax
 
-    extra = ["--dispatch-steps", str(args.dispatch_steps)] if args.dispatch_steps else []
+    variants = f"sync,async@{args.dispatch_steps}" if args.dispatch_steps else args.variants
+    variants = variants.split(",")
+    if "sync" not in variants:
+        parser.error("--variants: include sync, the baseline of every ratio")
     result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}"
-                         + (f" --dispatch-steps {args.dispatch_steps}" if args.dispatch_steps else ""),
+                         + f" --variants {','.join(variants)}",
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
                           "jax": jax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
               "tasks": {}}
     for task in args.tasks.split(","):
-        rows = [run(TASKS[task] + (extra if schedule == "async" else []), schedule, seed)
-                for seed in range(args.seeds) for schedule in SCHEDULES]
-        medians = {s: {k: statistics.median(r[k] for r in rows if r["schedule"] == s) for k in ("sps", "final_eval")}
-                   for s in SCHEDULES}
-        ratio = medians["async"]["sps"] / medians["sync"]["sps"]
-        result["tasks"][task] = {"flags": TASKS[task], "rows": rows, "medians": medians, "async_over_sync_sps": ratio,
-                                 "phases_us": phases_per_step(rows)}
-        print(f"{task}: sync {medians['sync']['sps']:,.0f} steps/s (final {medians['sync']['final_eval']:.1f}), "
-              f"async {medians['async']['sps']:,.0f} (final {medians['async']['final_eval']:.1f}): {ratio:.2f}x", flush=True)
+        rows = [run(TASKS[task], variant, seed) for seed in range(args.seeds) for variant in variants]
+        medians = {v: {k: statistics.median(r[k] for r in rows if r["schedule"] == v) for k in ("sps", "final_eval")}
+                   for v in variants}
+        finals = {v: [r["final_eval"] for r in rows if r["schedule"] == v] for v in variants}
+        others = [v for v in variants if v != "sync"]
+        entry = {"flags": TASKS[task], "rows": rows, "medians": medians, "final_evals": finals,
+                 "over_sync_sps": {v: medians[v]["sps"] / medians["sync"]["sps"] for v in others},
+                 "phases_us": {v: phases_per_step(rows, v) for v in others if v.startswith("async")}}
+        result["tasks"][task] = entry
+        print(f"{task}: " + ", ".join(f"{v} {medians[v]['sps']:,.0f} steps/s (final {medians[v]['final_eval']:.1f})"
+                                      for v in variants)
+              + "; over sync: " + ", ".join(f"{v} {r:.2f}x" for v, r in entry["over_sync_sps"].items()), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"-> {args.out}")
