@@ -167,6 +167,18 @@ def test_presets_resolve_for_every_shipped_file():
         assert isinstance(config, TrainConfig) and config.env == env_id
 
 
+def test_the_zoo_ppo_presets_keep_sb3s_constant_rate_where_it_was_measured():
+    from jaxrl_fast.env.ids import env_family
+
+    # level or better over seeds 0-7 (docs/benchmark.md#the-zoo-ppo-presets-at-a-constant-rate)
+    constant = ("Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "LunarLander-v2", "LunarLanderContinuous-v2",
+                "MiniGrid-DoorKey-5x5-v0", "MiniGrid-KeyCorridorS3R1-v0")
+    for env_id in constant:
+        assert not resolve_defaults(env_id, "ppo", env_family(env_id)).ppo.anneal_lr, env_id
+    for env_id in ("BipedalWalker-v3", "CartPole-v1"):  # not measured constant; this project's own setting
+        assert resolve_defaults(env_id, "ppo", env_family(env_id)).ppo.anneal_lr, env_id
+
+
 @pytest.mark.slow
 def test_minigrid_is_learned_from_its_flattened_dict_observations(tmp_path):
     # MiniGrid-Empty-5x5-v0 pays 1 - 0.9 * steps / 100 at the goal: 0.955 for the shortest path (5
