@@ -45,6 +45,11 @@ def variant_flags(variant: str) -> list[str]:
     return ["--schedule", schedule] + (["--dispatch-steps", dispatch] if dispatch else [])
 
 
+def valid_variant(variant: str) -> bool:
+    schedule, at, dispatch = variant.partition("@")
+    return variant in ("sync", "async") or (schedule == "async" and at and dispatch.isdigit() and int(dispatch) > 0)
+
+
 def run(flags: list[str], variant: str, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
@@ -100,16 +105,21 @@ def main() -> None:
     if args.phases_of:
         record = json.loads(args.phases_of.read_text())
         for task, entry in record["tasks"].items():
-            entry["phases_us"] = phases_per_step(entry["rows"])
-            print(task, {k: round(v, 1) for k, v in entry["phases_us"].items()})
+            if "over_sync_sps" in entry:  # a record with --variants: phases per async variant
+                entry["phases_us"] = {v: phases_per_step(entry["rows"], v) for v in entry["over_sync_sps"]
+                                      if v.startswith("async")}
+            else:  # an earlier record: sync and async rows
+                entry["phases_us"] = phases_per_step(entry["rows"])
+            print(task, entry["phases_us"])
         args.phases_of.write_text(json.dumps(record, indent=1) + "\n")
         return
     import jax
 
-    variants = f"sync,async@{args.dispatch_steps}" if args.dispatch_steps else args.variants
-    variants = variants.split(",")
-    if "sync" not in variants:
-        parser.error("--variants: include sync, the baseline of every ratio")
+    if args.dispatch_steps and args.variants != parser.get_default("variants"):
+        parser.error("give --variants or --dispatch-steps, not both")
+    variants = (f"sync,async@{args.dispatch_steps}" if args.dispatch_steps else args.variants).split(",")
+    if "sync" not in variants or len(set(variants)) != len(variants) or not all(map(valid_variant, variants)):
+        parser.error(f"--variants {','.join(variants)}: sync (the baseline of every ratio), async and async@N, once each")
     result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}"
                          + f" --variants {','.join(variants)}",
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),

@@ -9,8 +9,9 @@ Inside an `async` run the phase clock gives each phase's busy time with the othe
 threads cost each other on the shared cores. Each size builds the schedule at the env's preset
 (`--schedule async --dispatch-steps N`, seed 0), starts it (the warm-up's random chunks fill the
 buffer), stops its actor, then times `--repeats` learner programs dispatched back to back
-(`learner_ms`) and as many policy chunks of a fresh actor over the run's env (`actor_ms`), after
-three calls of each; per step is per env step of the chunk (all envs together).
+(`learner_ms`) and as many policy chunks of a new actor over an env of its own (the same id, size
+and options, seed + 1; `actor_ms`, which includes handing it the parameters, a no-op on one CPU
+device), after three calls of each; per step is per env step of the chunk (all envs together).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def measure(algo: str, env_id: str, dispatch: int, repeats: int) -> dict:
     from jaxrl_fast.engine.schedules.asynchronous import xla_acting
     from jaxrl_fast.engine.timing import PhaseClock
     from jaxrl_fast.env.envpool import make_xla_env
+    from jaxrl_fast.env.ids import parse_env_kwargs
     from jaxrl_fast.run.api import preset_config
     from jaxrl_fast.run.build import build_schedule
     from jaxrl_fast.run.resolve import check_inputs, on_devices
@@ -41,7 +43,8 @@ def measure(algo: str, env_id: str, dispatch: int, repeats: int) -> dict:
     config = with_overrides(preset_config(env_id, algo), {"schedule": "async", "dispatch_steps": dispatch,
                                                           "eval_interval": 0, "progress": "off", "seed": 0})
     resolved = on_devices(check_inputs(config, run_dir=False), run_dir=False)
-    env = make_xla_env(config.env, config.num_envs, resolved.plan.num_threads, config.seed)
+    env = make_xla_env(config.env, config.num_envs, resolved.plan.num_threads, config.seed,
+                       **parse_env_kwargs(config.env_kwargs))
     schedule = build_schedule(resolved, env)
     if schedule.num_actors != 1 or schedule.async_mode:
         raise SystemExit("one actor acting through the jitted chunk only (the preset's --num-actors 1)")
@@ -61,7 +64,7 @@ def measure(algo: str, env_id: str, dispatch: int, repeats: int) -> dict:
     s = schedule.state
     learner_s = back_to_back(schedule._learn_program, (s.actor, s.critic, s.replay, s.key, s.iteration, s.updates),
                              lambda args, out: (out[0], out[1], args[2], *out[2:5]))
-    actor_env = make_xla_env(config.env, config.num_envs, resolved.plan.num_threads, config.seed + 1)
+    actor_env = make_xla_env(config.env, config.num_envs, resolved.plan.num_threads, config.seed + 1, **env.options)
     act = xla_acting(lambda e: make_pieces(schedule.algo, e, schedule.options, schedule.plan), actor_env,
                      schedule.options, resolved.placement.acting, PhaseClock(),
                      ProgramStore.for_run(config, actor_env, resolved.plan, resolved.placement), jax.random.key(1))
