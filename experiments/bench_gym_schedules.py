@@ -106,8 +106,7 @@ def main() -> None:
         record = json.loads(args.phases_of.read_text())
         for task, entry in record["tasks"].items():
             if "over_sync_sps" in entry:  # a record with --variants: phases per async variant
-                entry["phases_us"] = {v: phases_per_step(entry["rows"], v) for v in entry["over_sync_sps"]
-                                      if v.startswith("async")}
+                entry["phases_us"] = {v: phases_per_step(entry["rows"], v) for v in entry["over_sync_sps"]}
             else:  # an earlier record: sync and async rows
                 entry["phases_us"] = phases_per_step(entry["rows"])
             print(task, entry["phases_us"])
@@ -133,7 +132,7 @@ def main() -> None:
         others = [v for v in variants if v != "sync"]
         entry = {"flags": TASKS[task], "rows": rows, "medians": medians, "final_evals": finals,
                  "over_sync_sps": {v: medians[v]["sps"] / medians["sync"]["sps"] for v in others},
-                 "phases_us": {v: phases_per_step(rows, v) for v in others if v.startswith("async")}}
+                 "phases_us": {v: phases_per_step(rows, v) for v in others}}
         result["tasks"][task] = entry
         print(f"{task}: " + ", ".join(f"{v} {medians[v]['sps']:,.0f} steps/s (final {medians[v]['final_eval']:.1f})"
                                       for v in variants)
