@@ -52,7 +52,7 @@ CASES: dict[str, tuple[list[str], bool]] = {
     "sac_async_xla_step": (["--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--total-steps", "12000",
                             "--max-policy-lag", "2", "--num-actors", "2"], False),
     "sac_async_async_mode": (["--algo", "sac", "--env", "Pendulum-v1", "--schedule", "async", "--total-steps", "12000",
-                              "--max-policy-lag", "2", "--num-actors", "1", "--num-envs", "4", "--env-batch-size", "2"],
+                              "--max-policy-lag", "3", "--num-actors", "1", "--num-envs", "4", "--env-batch-size", "2"],
                              False),
     # tests/test_checkpoint.py: PPO CartPole stopped at 29,952 steps (its loaded policy is played)
     "ppo_cartpole_30k": (["--algo", "ppo", "--env", "CartPole-v1", "--total-steps", "30000", "--log-interval", "1024",

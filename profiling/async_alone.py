@@ -68,7 +68,7 @@ def measure(algo: str, env_id: str, dispatch: int, repeats: int) -> dict:
     act = xla_acting(lambda e: make_pieces(schedule.algo, e, schedule.options, schedule.plan), actor_env,
                      schedule.options, resolved.placement.acting, PhaseClock(),
                      ProgramStore.for_run(config, actor_env, resolved.plan, resolved.placement), jax.random.key(1))
-    params, version = schedule.store.latest_ready()
+    params, version = schedule.store.latest()
     actor_s = back_to_back(lambda: act(params, version, False, 10**6)[0], (), lambda args, out: ())
     steps = schedule.chunk
     return {"dispatch_steps": dispatch, "env_steps_per_chunk": steps,

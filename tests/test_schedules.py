@@ -1,4 +1,5 @@
 import json
+import time
 
 import numpy as np
 import pytest
@@ -71,9 +72,46 @@ def async_config(tmp_path, **changes):
     return make_config("Pendulum-v1", "sac", schedule="async", run_dir=tmp_path / "run", progress="off", **changes)
 
 
+@pytest.mark.parametrize("algo, env_id, extra", [
+    ("sac", "Pendulum-v1", dict(num_actors=2, total_steps=1600, log_interval=200)),  # two XLA-step actors
+    ("dqn", "gym:CartPole-v1", dict(total_steps=3000, log_interval=400)),  # Python envs, where auto takes async
+], ids=["sac-two-actors", "dqn-gym"])
+@pytest.mark.slow
+def test_async_runs_are_deterministic_whatever_the_threads_timing(tmp_path, monkeypatch, algo, env_id, extra):
+    """Two runs of one seed, one with slow actors and one with a slow learner, train alike: each chunk
+    is acted by the version exactly --policy-lag behind the learner's when it reaches the buffer, and
+    the learner writes each block only when an update needs it. Had the actors taken the newest
+    parameters, or the learner every chunk already there, the two would part."""
+    from jaxrl_fast.engine.schedules import asynchronous
+
+    AsyncSchedule = asynchronous.AsyncSchedule
+
+    def slowed(method, seconds):
+        def slow(self, *args):
+            time.sleep(seconds)
+            return method(self, *args)
+        return slow
+
+    runs = []
+    for name, slow_side in (("a", "_wait_for_version"), ("b", "_learn")):
+        with monkeypatch.context() as patch:
+            patch.setattr(AsyncSchedule, slow_side, slowed(getattr(AsyncSchedule, slow_side), 0.01))
+            config = make_config(env_id, algo, schedule="async", eval_interval=0, run_dir=tmp_path / name,
+                                 progress="off", **extra, **{algo: dict(learning_starts=400)})
+            train(config)
+        runs.append(metric_lines(tmp_path / name))
+    (first, _), (second, raw) = runs
+    assert len(first) >= 3 and first == second  # bit-for-bit: same losses, returns, episode counts, lags
+    lags = [line["async/policy_lag_max"] for line in raw if "async/policy_lag_max" in line]
+    assert max(lags) == lags[-1] == 2  # the default --policy-lag, from the third block on
+    waits = [line["timing/actor_wait_s"] for line in raw if "timing/actor_wait_s" in line]
+    assert waits[-1] > 0.1  # the slowed learner kept the actors waiting for their versions
+
+
 @pytest.mark.parametrize("actors", [
-    dict(num_actors=2),  # each actor one jitted program around EnvPool's XLA step
-    dict(num_actors=1, num_envs=4, env_batch_size=2),  # EnvPool's async mode, streams staged on the host
+    dict(num_actors=2, max_policy_lag=2),  # each actor one jitted program around EnvPool's XLA step
+    # EnvPool's async mode, streams staged on the host: the envs that ran ahead act one version earlier
+    dict(num_actors=1, num_envs=4, env_batch_size=2, max_policy_lag=3),
 ], ids=["xla-step", "async-mode"])
 @pytest.mark.slow
 def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actors):
@@ -83,12 +121,15 @@ def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actor
     trajectory, on one machine too): seeds 0-15 reached -200 by 5,376 steps with two XLA-step actors
     and by 4,352 in EnvPool's async mode (means 4,352 and 3,840, standard deviations 648 and 748;
     `experiments/learning_margins.py`, cases sac_async_*): the budget, 12,000, is twice the slowest."""
-    summary = train(async_config(tmp_path, total_steps=12_000, target_return=-200.0, max_policy_lag=2, **actors))
+    summary = train(async_config(tmp_path, total_steps=12_000, target_return=-200.0, **actors))
     assert summary.get("target_step") is not None  # reached -200
-    assert summary["policy_lag_max"] <= 2
+    bound = actors["max_policy_lag"]
+    assert summary["policy_lag_max"] <= bound
+    if "env_batch_size" not in actors:  # every chunk acted exactly --policy-lag (2) versions back: none dropped
+        assert summary["policy_lag_max"] == 2 and summary["dropped_samples"] == 0
     assert abs(summary["replay_ratio"] - summary["target_ratio"]) <= 0.05 * summary["target_ratio"]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all(line["async/policy_lag_max"] <= 2 for line in lines if "async/policy_lag_max" in line)
+    assert all(line["async/policy_lag_max"] <= bound for line in lines if "async/policy_lag_max" in line)
     timing = [line for line in lines if "timing/update_s" in line]
     assert timing and all(line["timing/env_s"] > 0 and "timing/transfer_s" in line for line in timing)
     if "env_batch_size" in actors:  # the host loop times the policy apart from EnvPool

@@ -120,6 +120,11 @@ def combination_errors(config: TrainConfig) -> list[str]:
 def schedule_errors(config: TrainConfig) -> list[str]:
     if config.schedule != "async":
         return []
+    # in EnvPool's async mode, envs that run ahead act the next chunk's first rows with the version
+    # before, up to --num-actors versions older than the chunk's own
+    async_mode = 0 < config.env_batch_size < config.num_envs
+    worst_lag = config.policy_lag + (config.num_actors if async_mode else 0)
+    ahead = f" (+ --num-actors {config.num_actors} in EnvPool's async mode)" if async_mode else ""
     checks = [
         (config.algo in OFF_POLICY,
          f"--schedule async is for the off-policy algorithms ({', '.join(OFF_POLICY)}): {config.algo} learns from its own "
@@ -127,6 +132,10 @@ def schedule_errors(config: TrainConfig) -> list[str]:
          "this version does not have; --schedule concurrent gives it a lag of exactly one version, deterministically"),
         (config.num_actors >= 1, f"--num-actors must be at least 1, got {config.num_actors}"),
         (config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}"),
+        (config.policy_lag >= 0, f"--policy-lag must be 0 or positive, got {config.policy_lag}"),
+        (worst_lag <= config.max_policy_lag,
+         f"--policy-lag {config.policy_lag}{ahead} would have chunks dropped by --max-policy-lag "
+         f"{config.max_policy_lag}: raise --max-policy-lag or lower --policy-lag"),
         (config.placement != "split",
          "--schedule async runs both learner roles on one device group; use --placement single (or auto)"),
     ]

@@ -3,23 +3,29 @@
 Actor threads each own an EnvPool instance and act with either a jitted program around EnvPool's
 XLA step (`--env-batch-size` 0 or `--num-envs`), or, in EnvPool's async mode (`--env-batch-size`
 below `--num-envs`), the jitted policy on each batch of envs that finished first, with per-env
-streams staged on the host (`jaxrl_fast.engine.async_mode`). They read the newest
-published parameters (newest wins, with a version number), act a chunk of steps, and hand the rows
-to the learner tagged with the version that produced them. The learner (the trainer's thread)
-writes the rows into the replay buffer, runs its updates and publishes new parameters.
+streams staged on the host (`jaxrl_fast.engine.async_mode`). They act chunks of steps with
+published parameters and hand the rows to the learner tagged with the version that acted them.
+The learner (the trainer's thread) writes the rows into the replay buffer, runs its updates and
+publishes new parameters.
 
 The buffer holds one stream per environment of every actor (`num_actors x num_envs` streams), so
 each stream stays one continuous trajectory: the learner writes a *block* made of the next chunk
-of every actor at once. A chunk acted by parameters more than `max_policy_lag` versions older
-than the learner's when it reaches the buffer is dropped: its rows are still written, to keep the
-stream continuous, but marked invalid, so no update ever samples them; drops are counted.
+of every actor at once. What a run learns does not depend on the threads' timing:
+* the learner writes block `b` (counted after the warm-up) just before the first update that the
+  replay ratio lets it run on that block, never earlier, so every update samples the same buffer;
+* every actor acts block `b` with exactly version `b x num_actors - policy_lag`, the parameters
+  `policy_lag` versions older than the learner's when the block reaches the buffer, waiting for
+  that version if the learner has not published it yet (so actors run at most `policy_lag`
+  versions ahead, and the lag is `policy_lag` always).
+So a run is deterministic for a seed, as `sync` and `concurrent` are, except in EnvPool's async
+mode, where which envs share a batch is the C++ threads' timing.
 
-A `Controller` keeps the run's shape fixed whatever the speeds:
-* replay ratio = samples consumed by updates / samples accepted after the warm-up. Its target is
-  the algorithm's update-to-data ratio x batch size: the learner waits while its next updates
-  would push the ratio past it.
-* actors wait while they are more than `lead` blocks ahead of what the learner has consumed,
-  which also bounds the policy lag.
+The replay ratio (samples consumed by updates / samples accepted after the warm-up) is held at
+the algorithm's update-to-data ratio x batch size by making the learner wait for blocks. A chunk
+acted by parameters more than `max_policy_lag` versions older than the learner's when it reaches
+the buffer is dropped: its rows are still written, to keep the stream continuous, but marked
+invalid, so no update ever samples them; drops are counted (in EnvPool's async mode, the first rows
+of envs that ran ahead into the next chunk were acted by the version before).
 Any thread's failure stops every thread and is re-raised in the trainer; `close()` joins them.
 """
 
@@ -61,45 +67,47 @@ class Chunk(NamedTuple):
 
 
 class ParameterStore:
-    """Newest-wins parameters with a version number.
+    """Published parameter versions, each kept until `keep` newer ones are published.
 
-    The learner publishes parameters as soon as their update is dispatched, before the device has
-    computed them; `latest_ready` gives an actor the newest version that is already computed, so
-    acting never waits for an update in flight (the version it reports is the one it acts with).
+    The learner publishes a version as soon as its update is dispatched, before the device has
+    computed it; an actor that takes it waits for the computation (`wait_for` returns at publication).
     """
 
-    KEEP = 4  # versions kept: the learner publishes at most a few ahead of what is computed
-
-    def __init__(self, params: Any):
-        self._lock = threading.Lock()
-        self._versions: collections.deque[tuple[Any, int]] = collections.deque([(params, 0)], maxlen=self.KEEP)
+    def __init__(self, params: Any, version: int, keep: int):
+        self._cond = threading.Condition()
+        self._versions = {version: params}
+        self.newest, self.keep = version, keep
 
     def publish(self, params: Any, version: int) -> None:
-        with self._lock:
-            self._versions.append((params, version))
+        with self._cond:
+            self._versions[version], self.newest = params, version
+            for old in [v for v in self._versions if v <= version - self.keep]:
+                del self._versions[old]
+            self._cond.notify_all()
 
     def latest(self) -> tuple[Any, int]:
-        with self._lock:
-            return self._versions[-1]
+        with self._cond:
+            return self._versions[self.newest], self.newest
 
-    def latest_ready(self) -> tuple[Any, int]:
-        with self._lock:
-            versions = list(self._versions)
-        for params, version in reversed(versions):
-            if all(leaf.is_ready() for leaf in jax.tree.leaves(params) if isinstance(leaf, jax.Array)):
-                return params, version
-        return versions[0]  # none computed yet: the oldest kept (the caller waits for it)
+    def wait_for(self, version: int, stop: threading.Event) -> Any | None:
+        """The parameters of `version` once the learner has published them; None when `stop` comes first."""
+        with self._cond:
+            while self.newest < version:
+                if stop.is_set():
+                    return None
+                self._cond.wait(0.05)
+            if version not in self._versions:
+                raise RuntimeError(f"parameter version {version} is no longer kept (newest {self.newest}, "
+                                   f"{self.keep} kept)")
+            return self._versions[version]
 
 
 class Controller:
-    """Balances production and consumption; records waits, lags and drops. Counts are samples."""
+    """Holds the replay ratio; records waits, lags and drops. Counts are samples."""
 
-    def __init__(self, target_ratio: float, chunk: int, num_actors: int, max_policy_lag: int, stop: threading.Event,
-                 lead: int = 2):
-        self.target_ratio, self.chunk, self.num_actors = target_ratio, chunk, num_actors
-        self.max_policy_lag, self.lead, self.stop = max_policy_lag, lead, stop
-        self.cond = threading.Condition()
-        self.started = [0] * num_actors  # chunks each actor began after its warm-up
+    def __init__(self, target_ratio: float, max_policy_lag: int):
+        self.target_ratio, self.max_policy_lag = target_ratio, max_policy_lag
+        self.lock = threading.Lock()
         self.accepted = 0  # samples written as valid after the warm-up
         self.consumed = 0  # samples drawn by updates
         self.dropped = 0  # samples written invalid: acted by parameters older than the lag bound
@@ -107,29 +115,14 @@ class Controller:
         self.actor_wait_s = 0.0
         self.learner_wait_s = 0.0
 
-    def _blocks_paid(self) -> float:
-        """Blocks the learner has used up: consumed at the target ratio, or dropped."""
-        return (self.consumed / self.target_ratio + self.dropped) / (self.chunk * self.num_actors)
-
-    def wait_to_start(self, actor: int) -> bool:
-        """Block until `actor` may act its next chunk; False when the run is stopping."""
-        begin = time.perf_counter()
-        with jax.profiler.TraceAnnotation(phases.WAIT), self.cond:
-            while not self.stop.is_set() and self.started[actor] >= self._blocks_paid() + self.lead:
-                self.cond.wait(0.05)
-            self.started[actor] += 1
-            self.actor_wait_s += time.perf_counter() - begin
-        return not self.stop.is_set()
-
     def learner_may_consume(self, need: int) -> bool:
-        with self.cond:
+        with self.lock:
             return self.consumed + need <= self.target_ratio * self.accepted + 1e-9
 
-    def note(self, **changes: int) -> None:
-        with self.cond:
+    def note(self, **changes: float) -> None:
+        with self.lock:
             for name, value in changes.items():
                 setattr(self, name, getattr(self, name) + value)
-            self.cond.notify_all()
 
     @property
     def ratio(self) -> float:
@@ -221,8 +214,9 @@ class AsyncSchedule(ScheduleBase):
         self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
         self.pieces = make_pieces(algo, env, options, plan)
         self.stop = threading.Event()
-        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, self.chunk,
-                                     self.num_actors, config.max_policy_lag, self.stop)
+        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, config.max_policy_lag)
+        self.policy_lag = config.policy_lag
+        self.first_block, self.first_version = 0, 0  # where a resumed run's blocks and versions start
         self.queue: queue.Queue[Chunk] = queue.Queue()
         self.pending = [collections.deque() for _ in range(self.num_actors)]
         self.errors: list[BaseException] = []
@@ -253,12 +247,17 @@ class AsyncSchedule(ScheduleBase):
                 env = self.envs[index]
                 programs = ProgramStore.for_run(self.ctx.config, env, self.ctx.plan, self.ctx.placement)
                 act = xla_acting(pieces_of, env, self.options, self.ctx.placement.acting, self.clock, programs, key)
-            chunks = 0
+            chunks, block = 0, self.first_block
             while not self.stop.is_set():
                 random = chunks < warmup_chunks
-                if not random and not self.controller.wait_to_start(index):
-                    return
-                params, version = self.store.latest_ready()
+                if random:  # uniform random actions: the parameters are not read
+                    params, version = self.store.latest()
+                else:
+                    version = max(self.first_version, block * self.num_actors - self.policy_lag)
+                    params = self._wait_for_version(version)
+                    if params is None:
+                        return
+                    block += 1
                 env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
                 rows, acted_by, finished = act(params, version, random, env_step)
                 rows, finished = self.clock.timed("transfer", transfer, (rows, finished), self.device)
@@ -267,6 +266,15 @@ class AsyncSchedule(ScheduleBase):
         except BaseException as error:  # reported by the learner; every thread stops
             self.errors.append(error)
             self.stop.set()
+
+    def _wait_for_version(self, version: int) -> Any | None:
+        """The parameters of `version`, computed (None when the run stops first); the wait is the actor's."""
+        begin = time.perf_counter()
+        with jax.profiler.TraceAnnotation(phases.WAIT):
+            params = self.store.wait_for(version, self.stop)
+            jax.block_until_ready(params)
+        self.controller.note(actor_wait_s=time.perf_counter() - begin)
+        return params
 
     # -- learner ---------------------------------------------------------------------------
     def init(self, key: jax.Array, restored: Any | None = None) -> None:
@@ -284,9 +292,9 @@ class AsyncSchedule(ScheduleBase):
             self._restore_counters(restored.meta["schedule"])
             warmup_chunks = 0 if self.ctx.config.checkpoint_replay else warmup_chunks
         # a copy, like every version published: the first update donates the learner's own buffers
+        # actors read versions back to `policy_lag` before the learner's newest
         self.store = ParameterStore(transfer(self.algo.acting_params(self.state.actor, self.state.critic),
-                                             self.device, may_alias=False))
-        self.store.publish(self.store.latest()[0], self.version)
+                                             self.device, may_alias=False), self.version, keep=self.policy_lag + 2)
         for i in range(self.num_actors):
             thread = threading.Thread(target=self._actor, args=(i, warmup_chunks), name=f"jaxrl_fast-actor-{i}",
                                       daemon=True)
@@ -298,8 +306,9 @@ class AsyncSchedule(ScheduleBase):
         self.version = counters["version"]
         for name in ("accepted", "consumed", "dropped"):
             setattr(self.controller, name, counters[name])
-        blocks = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
-        self.controller.started = [blocks] * self.num_actors
+        # the next block's actors act with the restored version at the oldest (no older one was saved)
+        self.first_block = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
+        self.first_version = self.version
 
     def start(self, restored: Any | None) -> float:
         begin = time.perf_counter()
@@ -307,21 +316,17 @@ class AsyncSchedule(ScheduleBase):
         self.warmup()  # actors fill the buffer with random actions (and compile their programs)
         self.run(1)  # compiles the learner's program; counts as the first iteration (plan.warm_iterations)
         return time.perf_counter() - begin
-    def _drain(self, block: bool) -> None:
-        """Move arrived chunks into the buffer, a block (one chunk per actor) at a time."""
-        while True:
+    def _write_next_block(self) -> None:
+        """Wait for the next chunk of every actor and write them into the buffer as one block."""
+        while not all(self.pending):
+            self._check()
             try:
-                chunk = self._wait_for_chunk() if block else self.queue.get_nowait()
+                with jax.profiler.TraceAnnotation(phases.WAIT):
+                    chunk = self.queue.get(timeout=0.05)
             except queue.Empty:
-                return
-            block = False
+                continue
             self.pending[chunk.actor].append(chunk)
-            while all(self.pending):
-                self._write_block([p.popleft() for p in self.pending])
-
-    def _wait_for_chunk(self) -> Chunk:
-        with jax.profiler.TraceAnnotation(phases.WAIT):
-            return self.queue.get(timeout=0.05)
+        self._write_block([p.popleft() for p in self.pending])
 
     def _write_block(self, chunks: list[Chunk]) -> None:
         ctrl = self.controller
@@ -332,7 +337,7 @@ class AsyncSchedule(ScheduleBase):
                                                 tuple(c.finished for c in chunks), np.asarray(keep))
         self.state = self.state._replace(replay=replay)
         self.warmup_written += self.chunk * sum(warmup)
-        with ctrl.cond:
+        with ctrl.lock:
             ctrl.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
         ctrl.note(accepted=self.chunk * sum(k and not w for w, k in zip(warmup, keep)),
                   dropped=self.chunk * sum(not k for k in keep))
@@ -344,20 +349,17 @@ class AsyncSchedule(ScheduleBase):
 
     def warmup(self) -> None:
         while self.warmup_written < self.warmup_samples:
-            self._check()
-            self._drain(block=True)
+            self._write_next_block()
 
     def run(self, n: int):
         collected = []
         need = self.plan.updates_per_iteration * self.plan.batch_size
         for _ in range(n):
             start = time.perf_counter()
-            while True:  # the learner waits while its next updates would push the ratio past its target
-                self._check()
-                self._drain(block=False)
-                if self.controller.learner_may_consume(need):
-                    break
-                self._drain(block=True)
+            self._check()
+            # the learner writes blocks only while its next updates would push the ratio past its target
+            while not self.controller.learner_may_consume(need):
+                self._write_next_block()
             self.controller.learner_wait_s += time.perf_counter() - start
             collected.append(self._learn())
             self.controller.note(consumed=need)
@@ -432,8 +434,6 @@ class AsyncSchedule(ScheduleBase):
 
     def close(self, timeout: float = 30.0) -> None:
         self.stop.set()
-        with self.controller.cond:
-            self.controller.cond.notify_all()
         for thread in self.threads:
             thread.join(timeout)
         if self.async_mode and not any(thread.is_alive() for thread in self.threads):
