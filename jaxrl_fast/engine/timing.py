@@ -12,6 +12,7 @@ that environment stepping overlaps the update.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import defaultdict
@@ -21,12 +22,13 @@ import jax
 
 
 class PhaseClock:
+    WATCHER_IDLE_S = 1.0  # a phase's watcher thread ends after this long without a watch
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self._last_end: dict[str, float] = {}
-        self._watchers: list[threading.Thread] = []
-        self._pending: dict[str, threading.Thread] = {}
+        self._watched: dict[str, queue.Queue] = {}  # per phase: outputs to wait for, in dispatch order
 
     def interval(self, name: str, start: float, end: float) -> None:
         with self._lock:
@@ -42,26 +44,43 @@ class PhaseClock:
         return outputs
 
     def watch(self, name: str, dispatched: float, outputs: Any) -> None:
-        """Record when `outputs` are ready, from a thread, without blocking the caller."""
-        previous = self._pending.get(name)
+        """Record when `outputs` are ready, without blocking the caller. One thread per phase waits
+        for them in dispatch order (its device runs programs in order, so each started when the one
+        before ended): a watch costs the caller a queue put, not a thread's start."""
+        with self._lock:  # under the lock, so a watcher that found its queue empty cannot miss this
+            pending = self._watched.get(name)
+            if pending is None:
+                pending = self._watched[name] = queue.Queue()
+                threading.Thread(target=self._wait_in_order, args=(name, pending), name=f"phase-clock-{name}",
+                                 daemon=True).start()
+            pending.put((dispatched, outputs))
 
-        def wait() -> None:
-            if previous is not None:
-                previous.join()  # its device runs programs in order: this one started after that one ended
-            start = max(dispatched, self._last_end.get(name, 0.0))
-            jax.block_until_ready(outputs)
-            self.interval(name, start, time.perf_counter())
-
-        thread = threading.Thread(target=wait, daemon=True)
-        thread.start()
-        self._pending[name] = thread
-        self._watchers.append(thread)
+    def _wait_in_order(self, name: str, pending: queue.Queue) -> None:
+        while True:
+            try:
+                dispatched, outputs = pending.get(timeout=self.WATCHER_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if pending.empty():  # idle: the next watch of this phase starts a new thread
+                        del self._watched[name]
+                        return
+                continue
+            try:
+                start = max(dispatched, self._last_end.get(name, 0.0))
+                jax.block_until_ready(outputs)
+                self.interval(name, start, time.perf_counter())
+            except Exception:  # a failed program: its caller sees the error when it reads the outputs
+                pass
+            finally:
+                del outputs
+                pending.task_done()
 
     def summary(self, overlap: tuple[str, str] = ("env", "update")) -> dict[str, float]:
         """`timing/<phase>_s` busy seconds per phase and `timing/overlap_s` since the last summary."""
-        for thread in self._watchers:
-            thread.join()
-        self._watchers, self._pending = [], {}
+        with self._lock:
+            watched = list(self._watched.values())
+        for pending in watched:
+            pending.join()  # every watch made so far is recorded
         with self._lock:
             intervals, self._intervals = self._intervals, defaultdict(list)
         out = {f"timing/{name}_s": sum(e - b for b, e in spans) for name, spans in intervals.items()}
