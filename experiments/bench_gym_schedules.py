@@ -13,8 +13,9 @@ process at the task's preset, evaluations off, and reads back env steps/s over t
 runs it also sums the phase clock's busy seconds from metrics.jsonl (`timing/env_s`: the actor's
 programs, the Python envs' steps inside them; `timing/update_s`: the learner's; `timing/overlap_s`;
 the controller's waits; the sync runs, one fused program, log none), the inputs of
-docs/schedules.md's model. `--variants` names the runs of each seed: a schedule, or `async@N` for
-async at `--dispatch-steps N` (rows are labelled so; `async` is the engine's default). Writes
+docs/schedules.md's model. `--variants` names the runs of each seed: a schedule, `async@N` for
+async at `--dispatch-steps N`, `async-lagL` at `--policy-lag L`, or both, `async-lagL@N` (rows are
+labelled so; `async` is the engine's default). Writes
 `experiments/results/bench_gym_schedules.json` (`--out`); `--phases-of RECORD` adds the phases
 per step to a record written before they were.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -39,15 +41,19 @@ TASKS = {
 }
 
 
+VARIANT = re.compile(r"sync$|async(?:-lag(\d+))?(?:@([1-9]\d*))?$")  # async-lag1@256: --policy-lag 1 at 256 steps
+
+
 def variant_flags(variant: str) -> list[str]:
-    """`sync`, `async`, or `async@N` (async at --dispatch-steps N) as train flags."""
-    schedule, _, dispatch = variant.partition("@")
-    return ["--schedule", schedule] + (["--dispatch-steps", dispatch] if dispatch else [])
+    """`sync`, `async`, `async@N` (at --dispatch-steps N), `async-lagL` (at --policy-lag L) or
+    `async-lagL@N` as train flags."""
+    lag, dispatch = VARIANT.match(variant).groups()
+    return (["--schedule", variant.partition("-")[0].partition("@")[0]] + (["--policy-lag", lag] if lag else [])
+            + (["--dispatch-steps", dispatch] if dispatch else []))
 
 
 def valid_variant(variant: str) -> bool:
-    schedule, at, dispatch = variant.partition("@")
-    return variant in ("sync", "async") or (schedule == "async" and at and dispatch.isdigit() and int(dispatch) > 0)
+    return VARIANT.match(variant) is not None
 
 
 def run(flags: list[str], variant: str, seed: int) -> dict:
@@ -96,7 +102,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="dqn_gym_acrobot,sac_gym_pendulum", help=f"any of {', '.join(TASKS)}")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--variants", default="sync,async",
-                        help="runs of each seed: sync, async, async@N (async at --dispatch-steps N)")
+                        help="runs of each seed: sync, async, async@N (async at --dispatch-steps N), async-lagL "
+                             "(at --policy-lag L), async-lagL@N")
     parser.add_argument("--dispatch-steps", type=int, default=0,
                         help="the same as --variants sync,async@N (sync runs fused, whatever it is)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_gym_schedules.json")
@@ -118,7 +125,8 @@ def main() -> None:
         parser.error("give --variants or --dispatch-steps, not both")
     variants = (f"sync,async@{args.dispatch_steps}" if args.dispatch_steps else args.variants).split(",")
     if "sync" not in variants or len(set(variants)) != len(variants) or not all(map(valid_variant, variants)):
-        parser.error(f"--variants {','.join(variants)}: sync (the baseline of every ratio), async and async@N, once each")
+        parser.error(f"--variants {','.join(variants)}: sync (the baseline of every ratio), async, async@N, "
+                     "async-lagL and async-lagL@N, once each")
     result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}"
                          + f" --variants {','.join(variants)}",
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
