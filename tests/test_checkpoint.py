@@ -83,7 +83,7 @@ def test_sigterm_writes_a_final_checkpoint_and_async_sac_resumes_from_it(tmp_pat
     steps = [line["step"] for line in lines_of(run_dir) if "sps" in line]
     assert steps == sorted(set(steps)) and steps[-1] >= last + 512
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["policy_lag_max"] <= 8  # the controller picked up its counts: the ratio still holds
+    assert summary["policy_lag_max"] <= 8  # the schedule picked up its counts: the ratio still holds
     assert abs(summary["replay_ratio"] - summary["target_ratio"]) <= 0.05 * summary["target_ratio"]
 
 

@@ -103,7 +103,7 @@ def test_async_runs_are_deterministic_whatever_the_threads_timing(tmp_path, monk
     (first, _), (second, raw) = runs
     assert len(first) >= 3 and first == second  # bit-for-bit: same losses, returns, episode counts, lags
     lags = [line["async/policy_lag_max"] for line in raw if "async/policy_lag_max" in line]
-    assert max(lags) == lags[-1] == 2  # the default --policy-lag, from the third block on
+    assert max(lags) == lags[-1] == 2  # the default --policy-lag, from block 2 / num_actors on
     waits = [line["timing/actor_wait_s"] for line in raw if "timing/actor_wait_s" in line]
     assert waits[-1] > 0.1  # the slowed learner kept the actors waiting for their versions
 
@@ -134,6 +134,23 @@ def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actor
     assert timing and all(line["timing/env_s"] > 0 and "timing/transfer_s" in line for line in timing)
     if "env_batch_size" in actors:  # the host loop times the policy apart from EnvPool
         assert all(line["timing/inference_s"] > 0 for line in timing)
+
+
+def test_a_run_saved_before_policy_lag_resumes_at_the_largest_lag_its_bound_admits(tmp_path):
+    """config.json of an earlier version has no --policy-lag; the default (2) would have most of an
+    async-mode run's chunks dropped by its --max-policy-lag 2, which validation refuses."""
+    from jaxrl_fast.config.checks import validate
+    from jaxrl_fast.config.run import run_dict
+    from jaxrl_fast.run.resolve import resumed_config
+
+    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=4, env_batch_size=2, max_policy_lag=2,
+                         run_dir=tmp_path)
+    saved = run_dict(config)
+    del saved["policy_lag"]
+    (tmp_path / "config.json").write_text(json.dumps({"train_config": saved}))
+    resumed = resumed_config(tmp_path)
+    assert resumed.policy_lag == 1  # the bound less one actor's chunk run ahead in EnvPool's async mode
+    validate(resumed)
 
 
 @pytest.mark.parametrize("where, actors", [

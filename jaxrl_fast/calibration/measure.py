@@ -318,7 +318,8 @@ def off_policy_plan_of_measurements(config: TrainConfig, threads: int) -> list[M
     """For the `async` schedule, acting at the preset's num_envs, then the actors over EnvPool's
     async mode (neither is of use alone); the other schedules have nothing more to choose."""
     n = config.num_envs
-    if config.schedule != "async" or n < 4:
+    # async mode acts the rows of envs that ran ahead with an older version: not where the lag bound would drop them
+    if config.schedule != "async" or n < 4 or config.policy_lag + config.num_actors > config.max_policy_lag:
         return []
     return [Measurement("acting", dict(num_envs=n, num_threads=threads), then=("async_mode",)),
             Measurement("async_mode", dict(num_envs=n, num_threads=threads))]

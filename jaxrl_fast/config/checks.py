@@ -120,8 +120,8 @@ def combination_errors(config: TrainConfig) -> list[str]:
 def schedule_errors(config: TrainConfig) -> list[str]:
     if config.schedule != "async":
         return []
-    # in EnvPool's async mode, envs that run ahead act the next chunk's first rows with the version
-    # before, up to --num-actors versions older than the chunk's own
+    # in EnvPool's async mode, envs that run ahead act the next chunk's first rows with an older
+    # version, --num-actors versions older per chunk ahead
     async_mode = 0 < config.env_batch_size < config.num_envs
     worst_lag = config.policy_lag + (config.num_actors if async_mode else 0)
     ahead = f" (+ --num-actors {config.num_actors} in EnvPool's async mode)" if async_mode else ""
@@ -134,7 +134,7 @@ def schedule_errors(config: TrainConfig) -> list[str]:
         (config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}"),
         (config.policy_lag >= 0, f"--policy-lag must be 0 or positive, got {config.policy_lag}"),
         (worst_lag <= config.max_policy_lag,
-         f"--policy-lag {config.policy_lag}{ahead} would have chunks dropped by --max-policy-lag "
+         f"--policy-lag {config.policy_lag}{ahead} would have most chunks dropped by --max-policy-lag "
          f"{config.max_policy_lag}: raise --max-policy-lag or lower --policy-lag"),
         (config.placement != "split",
          "--schedule async runs both learner roles on one device group; use --placement single (or auto)"),

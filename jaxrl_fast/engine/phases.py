@@ -16,7 +16,7 @@ ENV = "env"  # EnvPool's send/recv and the episode bookkeeping around them
 INFERENCE = "inference"  # the policy's forward pass while acting
 UPDATE = "update"  # learner: sampling, losses, gradients, optimizer
 TRANSFER = "transfer"  # host: device_put between devices
-WAIT = "wait"  # host: a thread waiting for another (queues, the async controller)
+WAIT = "wait"  # host: a thread waiting for another (queues, an async actor waiting for its version)
 PHASES = (ENV, INFERENCE, UPDATE, TRANSFER, WAIT)
 SCOPED_PHASES = (ENV, INFERENCE, UPDATE)  # named scopes inside jitted code
 

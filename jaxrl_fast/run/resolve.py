@@ -371,4 +371,7 @@ def resumed_config(run_dir: Path, total_steps: int | None = None, progress: str 
         changes["total_steps"] = total_steps
     if progress is not None:
         changes["progress"] = progress
+    if "policy_lag" not in data["train_config"]:  # saved before --policy-lag: the largest its bound admits
+        ahead = config.num_actors if 0 < config.env_batch_size < config.num_envs else 0
+        changes["policy_lag"] = max(0, min(config.policy_lag, config.max_policy_lag - ahead))
     return dataclasses.replace(config, **changes)

@@ -11,21 +11,22 @@ publishes new parameters.
 The buffer holds one stream per environment of every actor (`num_actors x num_envs` streams), so
 each stream stays one continuous trajectory: the learner writes a *block* made of the next chunk
 of every actor at once. What a run learns does not depend on the threads' timing:
-* the learner writes block `b` (counted after the warm-up) just before the first update that the
-  replay ratio lets it run on that block, never earlier, so every update samples the same buffer;
+* the learner writes block `b` (counted after the warm-up) just before its update `b x num_actors
+  + 1`, never earlier, so every update samples the same buffer: `num_actors` updates per block,
+  the algorithm's update-to-data ratio;
 * every actor acts block `b` with exactly version `b x num_actors - policy_lag`, the parameters
   `policy_lag` versions older than the learner's when the block reaches the buffer, waiting for
   that version if the learner has not published it yet (so actors run at most `policy_lag`
-  versions ahead, and the lag is `policy_lag` always).
+  versions ahead, and the lag is `policy_lag` from block `policy_lag / num_actors` on).
 So a run is deterministic for a seed, as `sync` and `concurrent` are, except in EnvPool's async
 mode, where which envs share a batch is the C++ threads' timing.
 
-The replay ratio (samples consumed by updates / samples accepted after the warm-up) is held at
-the algorithm's update-to-data ratio x batch size by making the learner wait for blocks. A chunk
-acted by parameters more than `max_policy_lag` versions older than the learner's when it reaches
-the buffer is dropped: its rows are still written, to keep the stream continuous, but marked
-invalid, so no update ever samples them; drops are counted (in EnvPool's async mode, the first rows
-of envs that ran ahead into the next chunk were acted by the version before).
+A chunk acted by parameters more than `max_policy_lag` versions older than the learner's when it
+reaches the buffer is dropped: its rows are still written, to keep the stream continuous, but
+marked invalid, so no update ever samples them; drops are counted. Only EnvPool's async mode
+drops (the first rows of envs that ran ahead into the next chunk were acted by an older version),
+and then the replay ratio (samples consumed by updates / samples accepted after the warm-up)
+runs above its target, the algorithm's update-to-data ratio x batch size, which it is otherwise.
 Any thread's failure stops every thread and is re-raised in the trainer; `close()` joins them.
 """
 
@@ -102,8 +103,8 @@ class ParameterStore:
             return self._versions[version]
 
 
-class Controller:
-    """Holds the replay ratio; records waits, lags and drops. Counts are samples."""
+class Counts:
+    """What the schedule reports: samples accepted, consumed and dropped, lags and waits."""
 
     def __init__(self, target_ratio: float, max_policy_lag: int):
         self.target_ratio, self.max_policy_lag = target_ratio, max_policy_lag
@@ -114,10 +115,6 @@ class Controller:
         self.lags: list[int] = []  # per accepted chunk
         self.actor_wait_s = 0.0
         self.learner_wait_s = 0.0
-
-    def learner_may_consume(self, need: int) -> bool:
-        with self.lock:
-            return self.consumed + need <= self.target_ratio * self.accepted + 1e-9
 
     def note(self, **changes: float) -> None:
         with self.lock:
@@ -214,9 +211,10 @@ class AsyncSchedule(ScheduleBase):
         self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
         self.pieces = make_pieces(algo, env, options, plan)
         self.stop = threading.Event()
-        self.controller = Controller(plan.updates_per_iteration * plan.batch_size / self.chunk, config.max_policy_lag)
+        self.counts = Counts(plan.updates_per_iteration * plan.batch_size / self.chunk, config.max_policy_lag)
         self.policy_lag = config.policy_lag
         self.first_block, self.first_version = 0, 0  # where a resumed run's blocks and versions start
+        self.blocks = 0  # blocks written after the warm-up
         self.queue: queue.Queue[Chunk] = queue.Queue()
         self.pending = [collections.deque() for _ in range(self.num_actors)]
         self.errors: list[BaseException] = []
@@ -258,7 +256,8 @@ class AsyncSchedule(ScheduleBase):
                     if params is None:
                         return
                     block += 1
-                env_step = chunks * self.chunk * self.num_actors  # the run's steps so far (DQN's epsilon)
+                # the run's steps so far (DQN's epsilon), counted from the first warm-up after a resume too
+                env_step = (chunks if random else self.warmup_chunks + block - 1) * self.chunk * self.num_actors
                 rows, acted_by, finished = act(params, version, random, env_step)
                 rows, finished = self.clock.timed("transfer", transfer, (rows, finished), self.device)
                 self.queue.put(Chunk(rows, acted_by, finished, index))
@@ -273,7 +272,7 @@ class AsyncSchedule(ScheduleBase):
         with jax.profiler.TraceAnnotation(phases.WAIT):
             params = self.store.wait_for(version, self.stop)
             jax.block_until_ready(params)
-        self.controller.note(actor_wait_s=time.perf_counter() - begin)
+        self.counts.note(actor_wait_s=time.perf_counter() - begin)
         return params
 
     # -- learner ---------------------------------------------------------------------------
@@ -286,7 +285,7 @@ class AsyncSchedule(ScheduleBase):
         streams = self.chunk // self.plan.rollout_length * self.num_actors
         rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
         self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)
-        warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
+        warmup_chunks = self.warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
         if restored is not None:
             self.state = self.state._replace(**restored.into(self.snapshot().state))
             self._restore_counters(restored.meta["schedule"])
@@ -305,9 +304,9 @@ class AsyncSchedule(ScheduleBase):
     def _restore_counters(self, counters: dict[str, int]) -> None:
         self.version = counters["version"]
         for name in ("accepted", "consumed", "dropped"):
-            setattr(self.controller, name, counters[name])
+            setattr(self.counts, name, counters[name])
         # the next block's actors act with the restored version at the oldest (no older one was saved)
-        self.first_block = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
+        self.first_block = self.blocks = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
         self.first_version = self.version
 
     def start(self, restored: Any | None) -> float:
@@ -320,6 +319,8 @@ class AsyncSchedule(ScheduleBase):
         """Wait for the next chunk of every actor and write them into the buffer as one block."""
         while not all(self.pending):
             self._check()
+            if self.stop.is_set():  # closed from another thread (a second Ctrl-C): no chunk will come
+                raise RuntimeError("the async schedule was closed while its learner waited for the actors")
             try:
                 with jax.profiler.TraceAnnotation(phases.WAIT):
                     chunk = self.queue.get(timeout=0.05)
@@ -329,7 +330,7 @@ class AsyncSchedule(ScheduleBase):
         self._write_block([p.popleft() for p in self.pending])
 
     def _write_block(self, chunks: list[Chunk]) -> None:
-        ctrl = self.controller
+        ctrl = self.counts
         warmup = [c.version < 0 for c in chunks]
         lags = [self.version - c.version for c in chunks]
         keep = [w or lag <= ctrl.max_policy_lag for w, lag in zip(warmup, lags)]
@@ -353,16 +354,18 @@ class AsyncSchedule(ScheduleBase):
 
     def run(self, n: int):
         collected = []
-        need = self.plan.updates_per_iteration * self.plan.batch_size
+        need, per_block = self.plan.updates_per_iteration * self.plan.batch_size, self.num_actors
         for _ in range(n):
             start = time.perf_counter()
             self._check()
-            # the learner writes blocks only while its next updates would push the ratio past its target
-            while not self.controller.learner_may_consume(need):
+            # a block holds `num_actors` chunks of one iteration's samples each: that many updates per
+            # block is the algorithm's update-to-data ratio (counted in integers, exact at any length)
+            while self.version >= per_block * self.blocks:
                 self._write_next_block()
-            self.controller.learner_wait_s += time.perf_counter() - start
+                self.blocks += 1
+            self.counts.learner_wait_s += time.perf_counter() - start
             collected.append(self._learn())
-            self.controller.note(consumed=need)
+            self.counts.note(consumed=need)
             self.requests.from_host(self.version, self.eval_payload)
         metrics = mean_metrics(collected)
         metrics.update(self.stats())
@@ -397,14 +400,14 @@ class AsyncSchedule(ScheduleBase):
         return metrics
 
     def snapshot(self) -> Snapshot:
-        """The learner's state, and the parameter version and the controller's counts."""
-        ctrl = self.controller
+        """The learner's state, and the parameter version and the counts."""
+        ctrl = self.counts
         return Snapshot({name: getattr(self.state, name) for name in self.fields},
                         {"version": self.version, "accepted": ctrl.accepted, "consumed": ctrl.consumed,
                          "dropped": ctrl.dropped})
 
     def stats(self) -> dict[str, float]:
-        ctrl = self.controller
+        ctrl = self.counts
         lags = ctrl.lags or [0]
         return {
             "async/replay_ratio": ctrl.ratio,
@@ -426,7 +429,7 @@ class AsyncSchedule(ScheduleBase):
         return placement
 
     def summary(self, train_s: float) -> dict[str, Any]:
-        ctrl, seconds = self.controller, max(train_s, 1e-9)
+        ctrl, seconds = self.counts, max(train_s, 1e-9)
         return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | {
             "production_sps": (ctrl.accepted + ctrl.dropped) / seconds,  # after the warm-up
             "consumption_frames_per_s": ctrl.consumed / seconds,
