@@ -101,6 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="dqn_gym_acrobot,sac_gym_pendulum", help=f"any of {', '.join(TASKS)}")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+SEEDS-1")
     parser.add_argument("--variants", default="sync,async",
                         help="runs of each seed: sync, async, async@N (async at --dispatch-steps N), async-lagL "
                              "(at --policy-lag L), async-lagL@N")
@@ -127,13 +128,15 @@ def main() -> None:
     if "sync" not in variants or len(set(variants)) != len(variants) or not all(map(valid_variant, variants)):
         parser.error(f"--variants {','.join(variants)}: sync (the baseline of every ratio), async, async@N, "
                      "async-lagL and async-lagL@N, once each")
-    result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}"
+    first = f" --first-seed {args.first_seed}" if args.first_seed else ""
+    result = {"command": f"python experiments/bench_gym_schedules.py --tasks {args.tasks} --seeds {args.seeds}{first}"
                          + f" --variants {','.join(variants)}",
               "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
                           "jax": jax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
               "tasks": {}}
     for task in args.tasks.split(","):
-        rows = [run(TASKS[task], variant, seed) for seed in range(args.seeds) for variant in variants]
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        rows = [run(TASKS[task], variant, seed) for seed in seeds for variant in variants]
         medians = {v: {k: statistics.median(r[k] for r in rows if r["schedule"] == v) for k in ("sps", "final_eval")}
                    for v in variants}
         finals = {v: [r["final_eval"] for r in rows if r["schedule"] == v] for v in variants}
