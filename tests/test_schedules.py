@@ -96,14 +96,14 @@ def test_async_runs_are_deterministic_whatever_the_threads_timing(tmp_path, monk
     for name, slow_side in (("a", "_wait_for_version"), ("b", "_learn")):
         with monkeypatch.context() as patch:
             patch.setattr(AsyncSchedule, slow_side, slowed(getattr(AsyncSchedule, slow_side), 0.01))
-            config = make_config(env_id, algo, schedule="async", eval_interval=0, run_dir=tmp_path / name,
-                                 progress="off", **extra, **{algo: dict(learning_starts=400)})
+            config = make_config(env_id, algo, schedule="async", policy_lag=2, eval_interval=0,
+                                 run_dir=tmp_path / name, progress="off", **extra, **{algo: dict(learning_starts=400)})
             train(config)
         runs.append(metric_lines(tmp_path / name))
     (first, _), (second, raw) = runs
     assert len(first) >= 3 and first == second  # bit-for-bit: same losses, returns, episode counts, lags
     lags = [line["async/policy_lag_max"] for line in raw if "async/policy_lag_max" in line]
-    assert max(lags) == lags[-1] == 2  # the default --policy-lag, from block 2 / num_actors on
+    assert max(lags) == lags[-1] == 2  # --policy-lag, from block 2 / num_actors on
     waits = [line["timing/actor_wait_s"] for line in raw if "timing/actor_wait_s" in line]
     assert waits[-1] > 0.1  # the slowed learner kept the actors waiting for their versions
 
@@ -125,8 +125,8 @@ def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actor
     assert summary.get("target_step") is not None  # reached -200
     bound = actors["max_policy_lag"]
     assert summary["policy_lag_max"] <= bound
-    if "env_batch_size" not in actors:  # every chunk acted exactly --policy-lag (2) versions back: none dropped
-        assert summary["policy_lag_max"] == 2 and summary["dropped_samples"] == 0
+    if "env_batch_size" not in actors:  # every chunk acted exactly --policy-lag (1) version back: none dropped
+        assert summary["policy_lag_max"] == 1 and summary["dropped_samples"] == 0
     assert abs(summary["replay_ratio"] - summary["target_ratio"]) <= 0.05 * summary["target_ratio"]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(line["async/policy_lag_max"] <= bound for line in lines if "async/policy_lag_max" in line)
@@ -137,19 +137,19 @@ def test_async_sac_holds_ratio_and_lag_bound_and_learns_pendulum(tmp_path, actor
 
 
 def test_a_run_saved_before_policy_lag_resumes_at_the_largest_lag_its_bound_admits(tmp_path):
-    """config.json of an earlier version has no --policy-lag; the default (2) would have most of an
-    async-mode run's chunks dropped by its --max-policy-lag 2, which validation refuses."""
+    """config.json of an earlier version has no --policy-lag; the default (1) would have most of an
+    async-mode run's chunks dropped by its --max-policy-lag 1, which validation refuses."""
     from jaxrl_fast.config.checks import validate
     from jaxrl_fast.config.run import run_dict
     from jaxrl_fast.run.resolve import resumed_config
 
-    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=4, env_batch_size=2, max_policy_lag=2,
+    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=4, env_batch_size=2, max_policy_lag=1,
                          run_dir=tmp_path)
     saved = run_dict(config)
     del saved["policy_lag"]
     (tmp_path / "config.json").write_text(json.dumps({"train_config": saved}))
     resumed = resumed_config(tmp_path)
-    assert resumed.policy_lag == 1  # the bound less one actor's chunk run ahead in EnvPool's async mode
+    assert resumed.policy_lag == 0  # the bound less one actor's chunk run ahead in EnvPool's async mode
     validate(resumed)
 
 

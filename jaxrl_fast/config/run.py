@@ -76,7 +76,7 @@ class RunConfig:
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
     env_batch_size: int = 0
     """async: EnvPool's async mode in each actor when below --num-envs: each recv returns the first this many envs to finish their step, and the policy acts on them while the others step. 0: --num-envs (synchronous, the whole chunk one jitted program around EnvPool's XLA step)."""
-    policy_lag: int = 2
+    policy_lag: int = 1
     """async: every chunk is acted by the parameters exactly this many versions (learner iterations) older than the learner's when it reaches the replay buffer, so a run is deterministic for a seed whatever the threads' timing (except in EnvPool's async mode); actors wait for that version. 0 acts and learns in turn, 1 is the HTS-RL lag."""
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
