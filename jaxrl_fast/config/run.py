@@ -81,7 +81,7 @@ class RunConfig:
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
     dispatch_steps: int = 0
-    """Off-policy concurrent and async: fewest env steps (all envs together) acted per host dispatch, with their updates (the update-to-data ratio kept); the behaviour policy is up to this many steps old. 0: 64 (docs/schedules.md)."""
+    """Off-policy concurrent and async: fewest env steps (all envs together) acted per host dispatch, with their updates (the update-to-data ratio kept); each version of the behaviour policy acts this many steps. 0: 64, or 256 where --schedule auto takes async on Python-stepped envs (docs/schedules.md)."""
     resume: Path | None = None
     """Continue the run in this directory from its newest complete checkpoint, with the config it saved; only --total-steps, --progress and --no-compile-cache may be given beside it."""
     checkpoint_interval: int = 100_000

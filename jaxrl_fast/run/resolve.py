@@ -82,12 +82,17 @@ def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool
     if config.schedule == "auto":
         schedule, reason = auto_schedule(config, spec)
         config = dataclasses.replace(config, schedule=schedule)
+        if schedule == "async" and not config.dispatch_steps:  # what auto's measurements were made at
+            config = dataclasses.replace(config, dispatch_steps=AUTO_ASYNC_DISPATCH_STEPS)
     validate(config)
     if run_dir and config.resume is None:
         directory = Path(config.run_dir) if config.run_dir else default_run_dir(config.env, config.algo, config.seed)
         check_run_dir(directory)
         config = dataclasses.replace(config, run_dir=directory)
     return Inputs(config, spec, reason)
+
+
+AUTO_ASYNC_DISPATCH_STEPS = 256  # auto's async on Python envs: 1.24-1.64x sync at level learning (docs/schedules.md)
 
 
 def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
@@ -97,7 +102,9 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
     Gymnasium env steps in Python under the GIL while the learner's XLA programs release it, so an
     off-policy learner gains from the async actors there (1.05x DQN gym:CartPole-v1, 1.25x DQN
     gym:Acrobot-v1 and 1.26x SAC gym:Pendulum-v1 env steps/s of sync, 2-core CPU, with the step
-    through `env.ffi_forward`). EnvPool's C++ envs step in
+    through `env.ffi_forward`; at 256 env steps per dispatch, which auto takes with it, 1.64x, 1.24x
+    and 1.34x, learning as sync does on SAC and Acrobot over 8 seeds, and ending 10 seeds of 16 at
+    500 on DQN CartPole against sync's 13). EnvPool's C++ envs step in
     microseconds and JAX-native envs inside the program: sync was the fastest schedule, or level
     with it, in every EnvPool measurement on this CPU, an H100 and an H200 but Atari's on this CPU, and
     it is deterministic. On Atari (2-core CPU) concurrent was 1.15-1.23x sync's env steps/s on Pong but
@@ -109,7 +116,8 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
                                          ("--placement split", config.placement == "split")) if on]
         if not blocked:
             return "async", ("off-policy on Python-stepped Gymnasium envs: the async actors step them while the "
-                             "learner updates (measured 1.05-1.26x sync's env steps/s)")
+                             f"learner updates, {AUTO_ASYNC_DISPATCH_STEPS} env steps per dispatch unless "
+                             "--dispatch-steps is given (measured 1.24-1.64x sync's env steps/s)")
         return "sync", f"sync: {', '.join(blocked)} runs under the sync schedule only (async would overlap the Python envs)"
     if python_envs:
         return "sync", "sync: async is off-policy only, and concurrent was not measured faster on Python envs"

@@ -290,7 +290,7 @@ class AsyncSchedule(ScheduleBase):
             self.state = self.state._replace(**restored.into(self.snapshot().state))
             self._restore_counters(restored.meta["schedule"])
             warmup_chunks = 0 if self.ctx.config.checkpoint_replay else warmup_chunks
-        # a copy, like every version published: the first update donates the learner's own buffers
+        # a copy, like every version published: the first update donates the learner's own buffers;
         # actors read versions back to `policy_lag` before the learner's newest
         self.store = ParameterStore(transfer(self.algo.acting_params(self.state.actor, self.state.critic),
                                              self.device, may_alias=False), self.version, keep=self.policy_lag + 2)
