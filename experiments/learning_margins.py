@@ -137,7 +137,7 @@ def main() -> None:
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                    "seeds": f"{seeds[0]}-{seeds[-1]}", "seconds": round(time.time() - started, 1)}
         case = results["cases"].setdefault(name, {"flags": flags, "num_seeds_process": together, "runs": [], "seeds": []})
-        case["runs"].append(machine)
+        case["runs"].append(machine | {"flags": flags})  # the case's flags as this run had them
         rows = sorted({row["seed"]: row for row in case["seeds"] + rows}.values(), key=lambda row: row["seed"])
         case["seeds"] = rows
         finals = sorted(round(r["final"], 1) for r in rows if r["final"] is not None)

@@ -134,7 +134,7 @@ def schedule_errors(config: TrainConfig) -> list[str]:
         (config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}"),
         (config.policy_lag >= 0, f"--policy-lag must be 0 or positive, got {config.policy_lag}"),
         (worst_lag <= config.max_policy_lag,
-         f"--policy-lag {config.policy_lag}{ahead} would have most chunks dropped by --max-policy-lag "
+         f"--policy-lag {config.policy_lag}{ahead} would have (most) chunks dropped by --max-policy-lag "
          f"{config.max_policy_lag}: raise --max-policy-lag or lower --policy-lag"),
         (config.placement != "split",
          "--schedule async runs both learner roles on one device group; use --placement single (or auto)"),

@@ -71,17 +71,17 @@ class RunConfig:
     compile_cache: bool = True
     """Keep compiled programs in JAX's persistent compilation cache, so that the next run with the same programs loads them instead of compiling (in $JAXRL_FAST_COMPILE_CACHE_DIR, default ~/.cache/jaxrl_fast/xla, one subdirectory per JAX version). A setting of this process, not of the run: --resume takes it from its own command line."""
     schedule: Literal["auto", "sync", "concurrent", "async"] = "auto"
-    """'auto': what was measured fastest for the run's kind, recorded in config.json with why: 'async' for an off-policy algorithm on Python-stepped Gymnasium envs, 'sync' everywhere else, and with --calibrate an on-policy run's 'sync' or 'concurrent' as calibration measures them (docs/schedules.md). 'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the policy of iteration k while learning on the data of iteration k; deterministic for a seed. 'async' (off-policy): actor threads and the learner at their own pace, the actors acting --policy-lag versions behind the learner; deterministic for a seed (but in EnvPool's async mode)."""
+    """'auto': what was measured fastest for the run's kind, recorded in config.json with why: 'async' for an off-policy algorithm on Python-stepped Gymnasium envs, 'sync' everywhere else, and with --calibrate an on-policy run's 'sync' or 'concurrent' as calibration measures them (docs/schedules.md). 'sync': act, then learn, in one program. 'concurrent' (HTS-RL): act for iteration k+1 with the policy of iteration k while learning on the data of iteration k; deterministic for a seed. 'async' (off-policy): actor threads and the learner at their own pace, --policy-lag versions apart; deterministic too (but in EnvPool's async mode)."""
     num_actors: int = 1
     """async: actor threads, each with its own EnvPool of --num-envs envs."""
     env_batch_size: int = 0
     """async: EnvPool's async mode in each actor when below --num-envs: each recv returns the first this many envs to finish their step, and the policy acts on them while the others step. 0: --num-envs (synchronous, the whole chunk one jitted program around EnvPool's XLA step)."""
     policy_lag: int = 1
-    """async: every chunk is acted by the parameters exactly this many versions (learner iterations) older than the learner's when it reaches the replay buffer, so a run is deterministic for a seed whatever the threads' timing (except in EnvPool's async mode); actors wait for that version. 0 acts and learns in turn, 1 is the HTS-RL lag."""
+    """async: each chunk is acted by the parameters exactly this many versions older than the learner's when it reaches the buffer (actors wait for them), so a run is deterministic for a seed (except in EnvPool's async mode); 1 is HTS-RL's lag."""
     max_policy_lag: int = 8
     """async: rows acted by parameters more than this many versions old are dropped."""
     dispatch_steps: int = 0
-    """Off-policy concurrent and async: fewest env steps (all envs together) acted per host dispatch, with their updates (the update-to-data ratio kept); each version of the behaviour policy acts this many steps. 0: 64, or 256 where --schedule auto takes async on Python-stepped envs (docs/schedules.md)."""
+    """Off-policy concurrent and async: fewest env steps (all envs together) per host dispatch, with their updates (the update-to-data ratio kept). 0: 64, or 256 where --schedule auto takes async (docs/schedules.md)."""
     resume: Path | None = None
     """Continue the run in this directory from its newest complete checkpoint, with the config it saved; only --total-steps, --progress and --no-compile-cache may be given beside it."""
     checkpoint_interval: int = 100_000

@@ -92,7 +92,7 @@ def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool
     return Inputs(config, spec, reason)
 
 
-AUTO_ASYNC_DISPATCH_STEPS = 256  # auto's async on Python envs: 1.24-1.64x sync at level learning (docs/schedules.md)
+AUTO_ASYNC_DISPATCH_STEPS = 256  # auto's async on Python envs: 1.24-1.64x sync's env steps/s (docs/schedules.md)
 
 
 def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
@@ -100,11 +100,11 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
 
     Acting and learning overlap only where both are substantial and use different resources: a
     Gymnasium env steps in Python under the GIL while the learner's XLA programs release it, so an
-    off-policy learner gains from the async actors there (1.05x DQN gym:CartPole-v1, 1.25x DQN
-    gym:Acrobot-v1 and 1.26x SAC gym:Pendulum-v1 env steps/s of sync, 2-core CPU, with the step
-    through `env.ffi_forward`; at 256 env steps per dispatch, which auto takes with it, 1.64x, 1.24x
-    and 1.34x, learning as sync does on SAC and Acrobot over 8 seeds, and ending 10 seeds of 16 at
-    500 on DQN CartPole against sync's 13). EnvPool's C++ envs step in
+    off-policy learner gains from the async actors there (at 256 env steps per dispatch, which auto
+    takes with it, 1.64x DQN gym:CartPole-v1, 1.24x DQN gym:Acrobot-v1 and 1.34x SAC
+    gym:Pendulum-v1 env steps/s of sync, 2-core CPU, at its default lag of one version: learning as
+    sync does on SAC and Acrobot over 8 seeds, and ending 10 seeds of 16 at 500 on DQN CartPole
+    against sync's 13; at 64 steps 1.06x, 1.19x and 1.28x). EnvPool's C++ envs step in
     microseconds and JAX-native envs inside the program: sync was the fastest schedule, or level
     with it, in every EnvPool measurement on this CPU, an H100 and an H200 but Atari's on this CPU, and
     it is deterministic. On Atari (2-core CPU) concurrent was 1.15-1.23x sync's env steps/s on Pong but

@@ -91,8 +91,9 @@ class ParameterStore:
             return self._versions[self.newest], self.newest
 
     def wait_for(self, version: int, stop: threading.Event) -> Any | None:
-        """The parameters of `version` once the learner has published them; None when `stop` comes first."""
-        with self._cond:
+        """The parameters of `version` once the learner has published them and the device has
+        computed them; None when `stop` comes first."""
+        with jax.profiler.TraceAnnotation(phases.WAIT), self._cond:
             while self.newest < version:
                 if stop.is_set():
                     return None
@@ -100,7 +101,8 @@ class ParameterStore:
             if version not in self._versions:
                 raise RuntimeError(f"parameter version {version} is no longer kept (newest {self.newest}, "
                                    f"{self.keep} kept)")
-            return self._versions[version]
+            params = self._versions[version]
+        return jax.block_until_ready(params)
 
 
 class Counts:
@@ -252,7 +254,9 @@ class AsyncSchedule(ScheduleBase):
                     params, version = self.store.latest()
                 else:
                     version = max(self.first_version, block * self.num_actors - self.policy_lag)
-                    params = self._wait_for_version(version)
+                    begin = time.perf_counter()
+                    params = self.store.wait_for(version, self.stop)
+                    self.counts.note(actor_wait_s=time.perf_counter() - begin)
                     if params is None:
                         return
                     block += 1
@@ -265,15 +269,6 @@ class AsyncSchedule(ScheduleBase):
         except BaseException as error:  # reported by the learner; every thread stops
             self.errors.append(error)
             self.stop.set()
-
-    def _wait_for_version(self, version: int) -> Any | None:
-        """The parameters of `version`, computed (None when the run stops first); the wait is the actor's."""
-        begin = time.perf_counter()
-        with jax.profiler.TraceAnnotation(phases.WAIT):
-            params = self.store.wait_for(version, self.stop)
-            jax.block_until_ready(params)
-        self.counts.note(actor_wait_s=time.perf_counter() - begin)
-        return params
 
     # -- learner ---------------------------------------------------------------------------
     def init(self, key: jax.Array, restored: Any | None = None) -> None:
@@ -354,13 +349,12 @@ class AsyncSchedule(ScheduleBase):
 
     def run(self, n: int):
         collected = []
-        need, per_block = self.plan.updates_per_iteration * self.plan.batch_size, self.num_actors
+        need = self.plan.updates_per_iteration * self.plan.batch_size
         for _ in range(n):
             start = time.perf_counter()
             self._check()
-            # a block holds `num_actors` chunks of one iteration's samples each: that many updates per
-            # block is the algorithm's update-to-data ratio (counted in integers, exact at any length)
-            while self.version >= per_block * self.blocks:
+            # a block, one iteration's samples per actor, feeds num_actors updates: the ratio, in integers
+            while self.version >= self.num_actors * self.blocks:
                 self._write_next_block()
                 self.blocks += 1
             self.counts.learner_wait_s += time.perf_counter() - start
