@@ -71,7 +71,7 @@ class ParameterStore:
     """Published parameter versions, each kept until `keep` newer ones are published.
 
     The learner publishes a version as soon as its update is dispatched, before the device has
-    computed it; an actor that takes it waits for the computation (`wait_for` returns at publication).
+    computed it; `wait_for` hands it to an actor once it is published and computed.
     """
 
     def __init__(self, params: Any, version: int, keep: int):
@@ -93,16 +93,17 @@ class ParameterStore:
     def wait_for(self, version: int, stop: threading.Event) -> Any | None:
         """The parameters of `version` once the learner has published them and the device has
         computed them; None when `stop` comes first."""
-        with jax.profiler.TraceAnnotation(phases.WAIT), self._cond:
-            while self.newest < version:
-                if stop.is_set():
-                    return None
-                self._cond.wait(0.05)
-            if version not in self._versions:
-                raise RuntimeError(f"parameter version {version} is no longer kept (newest {self.newest}, "
-                                   f"{self.keep} kept)")
-            params = self._versions[version]
-        return jax.block_until_ready(params)
+        with jax.profiler.TraceAnnotation(phases.WAIT):
+            with self._cond:
+                while self.newest < version:
+                    if stop.is_set():
+                        return None
+                    self._cond.wait(0.05)
+                if version not in self._versions:
+                    raise RuntimeError(f"parameter version {version} is no longer kept (newest {self.newest}, "
+                                       f"{self.keep} kept)")
+                params = self._versions[version]
+            return jax.block_until_ready(params)
 
 
 class Counts:
@@ -300,9 +301,8 @@ class AsyncSchedule(ScheduleBase):
         self.version = counters["version"]
         for name in ("accepted", "consumed", "dropped"):
             setattr(self.counts, name, counters[name])
-        # the next block's actors act with the restored version at the oldest (no older one was saved)
         self.first_block = self.blocks = (counters["accepted"] + counters["dropped"]) // (self.chunk * self.num_actors)
-        self.first_version = self.version
+        self.first_version = self.version  # the oldest version actors act with now: no older one was saved
 
     def start(self, restored: Any | None) -> float:
         begin = time.perf_counter()
@@ -310,6 +310,7 @@ class AsyncSchedule(ScheduleBase):
         self.warmup()  # actors fill the buffer with random actions (and compile their programs)
         self.run(1)  # compiles the learner's program; counts as the first iteration (plan.warm_iterations)
         return time.perf_counter() - begin
+
     def _write_next_block(self) -> None:
         """Wait for the next chunk of every actor and write them into the buffer as one block."""
         while not all(self.pending):
@@ -325,17 +326,17 @@ class AsyncSchedule(ScheduleBase):
         self._write_block([p.popleft() for p in self.pending])
 
     def _write_block(self, chunks: list[Chunk]) -> None:
-        ctrl = self.counts
+        counts = self.counts
         warmup = [c.version < 0 for c in chunks]
         lags = [self.version - c.version for c in chunks]
-        keep = [w or lag <= ctrl.max_policy_lag for w, lag in zip(warmup, lags)]
+        keep = [w or lag <= counts.max_policy_lag for w, lag in zip(warmup, lags)]
         replay, self.episodes = self._add_block(self.state.replay, self.episodes, tuple(c.rows for c in chunks),
                                                 tuple(c.finished for c in chunks), np.asarray(keep))
         self.state = self.state._replace(replay=replay)
         self.warmup_written += self.chunk * sum(warmup)
-        with ctrl.lock:
-            ctrl.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
-        ctrl.note(accepted=self.chunk * sum(k and not w for w, k in zip(warmup, keep)),
+        with counts.lock:
+            counts.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
+        counts.note(accepted=self.chunk * sum(k and not w for w, k in zip(warmup, keep)),
                   dropped=self.chunk * sum(not k for k in keep))
 
     def _check(self) -> None:
@@ -395,22 +396,22 @@ class AsyncSchedule(ScheduleBase):
 
     def snapshot(self) -> Snapshot:
         """The learner's state, and the parameter version and the counts."""
-        ctrl = self.counts
+        counts = self.counts
         return Snapshot({name: getattr(self.state, name) for name in self.fields},
-                        {"version": self.version, "accepted": ctrl.accepted, "consumed": ctrl.consumed,
-                         "dropped": ctrl.dropped})
+                        {"version": self.version, "accepted": counts.accepted, "consumed": counts.consumed,
+                         "dropped": counts.dropped})
 
     def stats(self) -> dict[str, float]:
-        ctrl = self.counts
-        lags = ctrl.lags or [0]
+        counts = self.counts
+        lags = counts.lags or [0]
         return {
-            "async/replay_ratio": ctrl.ratio,
-            "async/target_ratio": ctrl.target_ratio,
+            "async/replay_ratio": counts.ratio,
+            "async/target_ratio": counts.target_ratio,
             "async/policy_lag_max": float(max(lags)),
             "async/policy_lag_mean": float(np.mean(lags)),
-            "async/dropped_samples": float(ctrl.dropped),
-            "timing/actor_wait_s": ctrl.actor_wait_s,
-            "timing/learner_wait_s": ctrl.learner_wait_s,
+            "async/dropped_samples": float(counts.dropped),
+            "timing/actor_wait_s": counts.actor_wait_s,
+            "timing/learner_wait_s": counts.learner_wait_s,
         }
 
     def eval_payload(self) -> EvalPayload:
@@ -423,10 +424,10 @@ class AsyncSchedule(ScheduleBase):
         return placement
 
     def summary(self, train_s: float) -> dict[str, Any]:
-        ctrl, seconds = self.counts, max(train_s, 1e-9)
+        counts, seconds = self.counts, max(train_s, 1e-9)
         return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | {
-            "production_sps": (ctrl.accepted + ctrl.dropped) / seconds,  # after the warm-up
-            "consumption_frames_per_s": ctrl.consumed / seconds,
+            "production_sps": (counts.accepted + counts.dropped) / seconds,  # after the warm-up
+            "consumption_frames_per_s": counts.consumed / seconds,
         }
 
     def close(self, timeout: float = 30.0) -> None:
