@@ -65,7 +65,7 @@ from jaxrl_fast.calibration.choose import (
 )
 from jaxrl_fast.config.checks import config_errors
 from jaxrl_fast.config.plan import default_env_threads, off_policy_plan
-from jaxrl_fast.config.run import TrainConfig, algo_config, family
+from jaxrl_fast.config.run import TrainConfig, algo_config, family, oldest_acting_lag
 from jaxrl_fast.engine.acting import EnvOptions, env_options, init_env_carry, make_collect, make_rollout
 from jaxrl_fast.engine.async_mode import AsyncModeActor
 from jaxrl_fast.engine.offpolicy_steps import make_pieces
@@ -318,8 +318,8 @@ def off_policy_plan_of_measurements(config: TrainConfig, threads: int) -> list[M
     """For the `async` schedule, acting at the preset's num_envs, then the actors over EnvPool's
     async mode (neither is of use alone); the other schedules have nothing more to choose."""
     n = config.num_envs
-    # async mode acts the rows of envs that ran ahead with an older version: not where the lag bound would drop them
-    if config.schedule != "async" or n < 4 or config.policy_lag + config.num_actors > config.max_policy_lag:
+    # not where the lag bound would drop the rows that async mode's envs ran ahead to act
+    if config.schedule != "async" or n < 4 or oldest_acting_lag(config, True) > config.max_policy_lag:
         return []
     return [Measurement("acting", dict(num_envs=n, num_threads=threads), then=("async_mode",)),
             Measurement("async_mode", dict(num_envs=n, num_threads=threads))]

@@ -9,7 +9,15 @@ import dataclasses
 import math
 
 from jaxrl_fast.algos import ALGORITHMS
-from jaxrl_fast.config.run import ALGO_CONFIGS, EVAL_SEED_OFFSET, OFF_POLICY, TrainConfig, algo_config
+from jaxrl_fast.config.run import (
+    ALGO_CONFIGS,
+    EVAL_SEED_OFFSET,
+    OFF_POLICY,
+    TrainConfig,
+    algo_config,
+    oldest_acting_lag,
+    uses_async_mode,
+)
 from jaxrl_fast.types import ConfigError
 
 
@@ -120,10 +128,7 @@ def combination_errors(config: TrainConfig) -> list[str]:
 def schedule_errors(config: TrainConfig) -> list[str]:
     if config.schedule != "async":
         return []
-    # in EnvPool's async mode, envs that run ahead act the next chunk's first rows with an older
-    # version, --num-actors versions older per chunk ahead
-    async_mode = 0 < config.env_batch_size < config.num_envs
-    worst_lag = config.policy_lag + (config.num_actors if async_mode else 0)
+    async_mode = uses_async_mode(config)
     ahead = f" (+ --num-actors {config.num_actors} in EnvPool's async mode)" if async_mode else ""
     checks = [
         (config.algo in OFF_POLICY,
@@ -133,7 +138,7 @@ def schedule_errors(config: TrainConfig) -> list[str]:
         (config.num_actors >= 1, f"--num-actors must be at least 1, got {config.num_actors}"),
         (config.max_policy_lag >= 0, f"--max-policy-lag must be 0 or positive, got {config.max_policy_lag}"),
         (config.policy_lag >= 0, f"--policy-lag must be 0 or positive, got {config.policy_lag}"),
-        (worst_lag <= config.max_policy_lag,
+        (oldest_acting_lag(config, async_mode) <= config.max_policy_lag,
          f"--policy-lag {config.policy_lag}{ahead} would have (most) chunks dropped by --max-policy-lag "
          f"{config.max_policy_lag}: raise --max-policy-lag or lower --policy-lag"),
         (config.placement != "split",

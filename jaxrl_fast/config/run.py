@@ -141,6 +141,17 @@ def family(config: TrainConfig) -> str:
     return ALGORITHMS[config.algo].family
 
 
+def uses_async_mode(config: TrainConfig) -> bool:
+    """Whether the async actors run EnvPool's async mode: an env batch below --num-envs."""
+    return 0 < config.env_batch_size < config.num_envs
+
+
+def oldest_acting_lag(config: TrainConfig, async_mode: bool) -> int:
+    """How many versions behind the learner's the oldest row of an async chunk can be acted:
+    --policy-lag, and in EnvPool's async mode --num-actors more for the envs that ran a chunk ahead."""
+    return config.policy_lag + (config.num_actors if async_mode else 0)
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """JSON-ready dict of a config (paths as strings, tuples as lists)."""
 

@@ -23,7 +23,14 @@ from typing import Any, Callable
 from jaxrl_fast.algos import action_space_error
 from jaxrl_fast.config.checks import validate
 from jaxrl_fast.config.plan import Plan, env_threads, make_plan
-from jaxrl_fast.config.run import OFF_POLICY, TrainConfig, algo_config, config_from_dict
+from jaxrl_fast.config.run import (
+    OFF_POLICY,
+    TrainConfig,
+    algo_config,
+    config_from_dict,
+    oldest_acting_lag,
+    uses_async_mode,
+)
 from jaxrl_fast.engine.cluster import Cluster
 from jaxrl_fast.env.envpool import probe_gpu_step, probe_spec
 from jaxrl_fast.env.ids import JAX_FAMILIES, PIXEL_FAMILIES, check_env_kwargs, parse_env_kwargs
@@ -380,6 +387,6 @@ def resumed_config(run_dir: Path, total_steps: int | None = None, progress: str 
     if progress is not None:
         changes["progress"] = progress
     if "policy_lag" not in data["train_config"]:  # saved before --policy-lag: the largest its bound admits
-        ahead = config.num_actors if 0 < config.env_batch_size < config.num_envs else 0
-        changes["policy_lag"] = max(0, min(config.policy_lag, config.max_policy_lag - ahead))
+        over = oldest_acting_lag(config, uses_async_mode(config)) - config.max_policy_lag
+        changes["policy_lag"] = max(0, config.policy_lag - max(0, over))
     return dataclasses.replace(config, **changes)

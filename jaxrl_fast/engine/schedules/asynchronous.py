@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.config.plan import run_off_policy_plan
+from jaxrl_fast.config.run import uses_async_mode
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EvalPayload, eval_payload, init_env_carry
 from jaxrl_fast.engine.async_mode import AsyncModeActor
@@ -200,7 +201,7 @@ class AsyncSchedule(ScheduleBase):
         self.device, self.seed, self.num_actors = ctx.placement.learner, config.seed, config.num_actors
         self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
         threads = env.pool.config["num_threads"]
-        self.async_mode = 0 < config.env_batch_size < env.spec.num_envs
+        self.async_mode = uses_async_mode(config)
         self.clock = PhaseClock()  # env, inference (async mode), transfer, update
         if self.async_mode:  # EnvPool's async mode: each actor stages per-env streams on the host
             self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, config.env_batch_size, threads,
