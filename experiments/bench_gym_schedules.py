@@ -38,6 +38,7 @@ TASKS = {
     "dqn_gym_acrobot_50k": ["--algo", "dqn", "--env", "gym:Acrobot-v1", "--total-steps", "50000"],
     "dqn_gym_cartpole": ["--algo", "dqn", "--env", "gym:CartPole-v1", "--total-steps", "50000"],
     "sac_gym_pendulum": ["--algo", "sac", "--env", "gym:Pendulum-v1", "--total-steps", "8000"],
+    "td3_gym_pendulum": ["--algo", "td3", "--env", "gym:Pendulum-v1", "--total-steps", "10000"],
 }
 
 
