@@ -193,6 +193,7 @@ def test_fused_calls_end_where_an_evaluation_is_due_and_merge_back_into_one():
     ("custom_envs:PointToTarget", "td3", {}, "async", "Python-stepped"),
     ("gym:Pendulum-v1", "sac", {"num_seeds": 2}, "sync", "--num-seeds"),
     ("gym:CartPole-v1", "dqn", {}, "sync", "behaviour policy lags"),  # the lag cost DQN final returns
+    ("gym:CartPole-v1", "dqn", {"num_seeds": 2}, "sync", "--num-seeds"),  # the flag that blocks async first
     ("gym:CartPole-v1", "ppo", {}, "sync", "off-policy only"),
     ("Pendulum-v1", "sac", {}, "sync", "fused program"),
     ("CartPole-v1", "pqn", {}, "sync", "fused program"),

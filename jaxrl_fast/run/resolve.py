@@ -100,6 +100,7 @@ def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool
 
 
 AUTO_ASYNC_DISPATCH_STEPS = 256  # auto's async on Python envs: 1.29-1.34x sync's env steps/s (docs/schedules.md)
+ASYNC_ON_PYTHON_ENVS = ("sac", "td3")  # measured learning level with sync at auto's lag; DQN was not
 
 
 def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
@@ -119,17 +120,19 @@ def auto_schedule(config: TrainConfig, spec: EnvSpec) -> tuple[str, str]:
     level on Breakout, where it learned as well per env step (PQN, seeds 0-2), and 0.92-0.93x on Pong on an H200:
     sync stays, and the reason names concurrent for on-policy pixels."""
     python_envs = spec.family == "gymnasium"
-    if config.algo == "dqn" and python_envs:
-        return "sync", ("sync: under async DQN's behaviour policy lags the learner's, which ended fewer gym:CartPole-v1 "
-                        "seeds at 500 (28 of 48 against 36; --schedule async runs it 1.2-1.6x faster)")
     if config.algo in OFF_POLICY and python_envs:
         blocked = [flag for flag, on in (("--num-seeds", config.num_seeds > 1), ("--data-parallel", config.data_parallel),
                                          ("--placement split", config.placement == "split")) if on]
-        if not blocked:
+        if blocked:
+            return "sync", f"sync: {', '.join(blocked)} runs under the sync schedule only (async would overlap the Python envs)"
+        if config.algo in ASYNC_ON_PYTHON_ENVS:
             return "async", ("SAC or TD3 on Python-stepped Gymnasium envs: the async actors step them while the "
                              f"learner updates, {AUTO_ASYNC_DISPATCH_STEPS} env steps per dispatch unless "
                              "--dispatch-steps is given (SAC and TD3 measured 1.29-1.34x sync's env steps/s)")
-        return "sync", f"sync: {', '.join(blocked)} runs under the sync schedule only (async would overlap the Python envs)"
+        if config.algo == "dqn":
+            return "sync", ("sync: under async DQN's behaviour policy lags the learner's, which ended fewer "
+                            "gym:CartPole-v1 seeds at 500 (28 of 48 against 36; --schedule async runs it 1.2-1.6x faster)")
+        return "sync", f"sync: {config.algo} was not measured under async on Python envs"
     if python_envs:
         return "sync", "sync: async is off-policy only, and concurrent was not measured faster on Python envs"
     if spec.obs_dtype == "uint8" and config.algo not in OFF_POLICY:
