@@ -1,10 +1,12 @@
 import json
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from jaxrl_fast.config.run import OFF_POLICY
+from jaxrl_fast.engine.schedules.base import compiling_beside
 from support import make_config, train
 
 RATE_FIELDS = ("wall_s", "sps", "update_frames_per_s")
@@ -209,3 +211,22 @@ def test_auto_schedule_takes_async_where_it_was_measured_faster_and_says_why(env
     assert given.config.dispatch_steps == 64
     named = check_inputs(make_config(env_id, algo, schedule="sync", **extra), run_dir=False)
     assert named.config.schedule == "sync" and named.schedule_reason is None
+
+
+def test_an_error_beside_a_compile_is_raised_without_waiting_for_it():
+    # `init` fails while the loop compiles on another thread: the error reaches the caller at once,
+    # the compile (here a wait that only the test ends) left to finish on its own
+    compiling = threading.Event()
+    with pytest.raises(RuntimeError, match="init failed"):
+        with compiling_beside() as pool:
+            pending = pool.submit(compiling.wait, 10)
+            raise RuntimeError("init failed")
+    assert not pending.done()
+    compiling.set()
+    assert pending.result(timeout=60)
+
+
+def test_programs_compiled_beside_are_waited_for_on_success():
+    with compiling_beside() as pool:
+        pending = pool.submit(time.sleep, 0.2)
+    assert pending.done()

@@ -12,7 +12,9 @@ then driven by the trainer:
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+import concurrent.futures
+import contextlib
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 import jax
 import jax.extend.core
@@ -162,6 +164,21 @@ def run_in_calls(requests: EvalRequests, done: int, n: int, call: Callable[[int]
         parts.append((k, metrics, episodes))
         requests.from_host(done, payload)
     return merge_calls(parts)
+
+
+@contextlib.contextmanager
+def compiling_beside() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    """Two threads that compile programs while `init` runs on the caller's. An error on the caller's
+    side (a failing `init`, a checkpoint that does not fit) leaves at once: a compile cannot
+    be stopped, so its thread is left to finish and its program dropped, instead of the error
+    waiting for it."""
+    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop")
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def trace_once(iteration, state: Any):

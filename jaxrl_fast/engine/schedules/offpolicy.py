@@ -49,6 +49,7 @@ from jaxrl_fast.engine.schedules.base import (
     ScheduleBase,
     Snapshot,
     across_shards,
+    compiling_beside,
     mean_metrics,
     run_in_calls,
     scan_iterations,
@@ -267,7 +268,7 @@ class OffPolicySchedule(ScheduleBase):
         args = (agent_keys(self.ctx.config.seed, self.ctx.config.num_seeds), env.handle, env.reset())
         warm_up = restored is None or not self.ctx.config.checkpoint_replay  # an empty buffer: random actions fill it
         begin = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop") as compiler:
+        with compiling_beside() as compiler:
             if self.loop.compile_ahead is not None:
                 self.loop.compile_ahead(compiler, args, warm_up)
             self.state = self.loop.init(*args)

@@ -40,6 +40,7 @@ from jaxrl_fast.engine.schedules.base import (
     ScheduleBase,
     Snapshot,
     across_shards,
+    compiling_beside,
     run_in_calls,
     scan_iterations,
     shard_key,
@@ -238,7 +239,7 @@ class OnPolicySync(ScheduleBase):
             # runs here: XLA releases the GIL, so the two compilations overlap.
             placed = functools.partial(placed_shapes, device=acting)
             shapes = placed(jax.eval_shape(self.loop.init, *args))
-            with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="compile-loop") as compiler:
+            with compiling_beside() as compiler:
                 store = ProgramStore.for_run(self.ctx.config, env, self.ctx.plan, self.ctx.placement)
                 if self.split:
                     programs = self._compile_split(compiler, shapes, placed)
