@@ -152,6 +152,27 @@ def test_the_concurrent_schedules_programs_are_stored_and_loaded_by_a_second_pro
 
 
 @pytest.mark.slow
+def test_the_host_driven_loops_programs_are_stored_and_loaded_by_a_second_process(tmp_path):
+    """SAC with the actor and the critic on the tests' two XLA CPU devices (`--placement split`):
+    the host dispatches `init`, acting, the buffer's writes and each role's update as programs. The
+    first run stores them, the second loads them whole, compiles nothing and ends where the first did."""
+    cache, flags = tmp_path / "xla", ("--algo", "sac", "--env", "Pendulum-v1", "--placement", "split",
+                                      "--total-steps", "600", "--sac.learning-starts", "256")
+    first, _ = train(tmp_path / "a", cache, *flags)
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["placement"]["critic"] == "cpu:1"
+    assert sorted(p.name.rsplit("-", 1)[0] for p in cache.glob("programs-jax-*/host-*.executable")) == [
+        "host-act-policy", "host-act-random", "host-actor", "host-add", "host-critic", "host-init"]
+    programs = {"jit(init)", "jit(act_rows)", "jit(add_many)", "jit(critic_step)", "jit(actor_step)"}
+    assert programs <= set(first["compiled"]), first["compiled"]
+    second, _ = train(tmp_path / "b", cache, *flags)
+    assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
+    assert not programs & set(second["lowered"]), second["lowered"]
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
+    assert summaries[0]["final_eval_return_mean"] is not None
+    assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]
+
+
+@pytest.mark.slow
 def test_no_compile_cache_writes_nothing(tmp_path):
     result, _ = train(tmp_path / "run", tmp_path / "xla", "--no-compile-cache")
     assert result["writes"] == 0 and result["hits"] == 0

@@ -1,5 +1,5 @@
 """Warm starts that neither trace nor lower: the fused loops' compiled programs (and the `async`
-and on-policy `concurrent` schedules'), kept on disk.
+schedule's, the on-policy `concurrent` schedule's and the off-policy host-driven loops'), kept on disk.
 
 JAX's persistent cache (`compile_cache`) skips XLA's compilation, but finds its entry by the
 lowered program, so every run still traces and lowers the loop first: 1.2-2.3 s of a warm start on

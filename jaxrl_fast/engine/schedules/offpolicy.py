@@ -22,6 +22,7 @@ each class builds its one loop.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 from typing import Any
 
@@ -130,7 +131,8 @@ class HostDrivenLoop:
     would wait for it."""
 
     def __init__(self, algo: OffPolicyAlgorithm, env: BatchedEnv, options: EnvOptions, plan: OffPolicyPlan,
-                 placement: Placement, exchange: str, requests: EvalRequests, concurrent: bool, clock: PhaseClock):
+                 placement: Placement, exchange: str, requests: EvalRequests, concurrent: bool, clock: PhaseClock,
+                 programs: ProgramStore):
         self.algo, self.plan, self.exchange, self.requests = algo, plan, exchange, requests
         self.concurrent, self.clock, self.acting = concurrent, clock, placement.acting
         self.on_actor, self.on_critic = placement.replicated("actor"), placement.replicated("critic")
@@ -143,12 +145,16 @@ class HostDrivenLoop:
             obs, weight = lax.with_sharding_constraint((obs, weight), actor_batch)
             return pieces.actor_step(actor, critic_x, obs, weight, key)
 
-        self.act_program = jax.jit(pieces.act_rows, static_argnums=4, donate_argnums=0)
-        self.add_program = jax.jit(add_many, donate_argnums=0, out_shardings=self.on_critic)
-        self.critic_program = jax.jit(pieces.critic_step, donate_argnums=0, out_shardings=self.on_critic)
-        self.actor_program = jax.jit(actor_step, donate_argnums=0, out_shardings=self.on_actor)
-        self.shared_program = jax.jit(pieces.run_updates, donate_argnums=(0, 1),
-                                      out_shardings=(self.on_actor, self.on_critic, self.on_critic))
+        # each compiled at its first call, or loaded where an earlier run of this configuration stored it
+        self.init_program = programs.lazy("host-init", jit_once(pieces.init))
+        self.act_programs = {random: programs.lazy(f"host-act-{'random' if random else 'policy'}", jax.jit(
+            functools.partial(pieces.act_rows, random=random), donate_argnums=0)) for random in (True, False)}
+        self.add_program = programs.lazy("host-add", jax.jit(add_many, donate_argnums=0, out_shardings=self.on_critic))
+        self.critic_program = programs.lazy("host-critic", jax.jit(pieces.critic_step, donate_argnums=0,
+                                                                   out_shardings=self.on_critic))
+        self.actor_program = programs.lazy("host-actor", jax.jit(actor_step, donate_argnums=0, out_shardings=self.on_actor))
+        self.shared_program = programs.lazy("host-updates", jax.jit(
+            pieces.run_updates, donate_argnums=(0, 1), out_shardings=(self.on_actor, self.on_critic, self.on_critic)))
 
     def as_loop(self) -> OffPolicyLoop:
         return OffPolicyLoop(self.init, self.warmup, self.run, self.acting_params, self.steps_per_iteration,
@@ -158,7 +164,7 @@ class HostDrivenLoop:
         return self.algo.acting_params(state.actor, state.critic)
 
     def init(self, key, handle, first_obs) -> OffPolicyState:
-        state = jit_once(self.pieces.init)(key, handle, first_obs)
+        state = self.init_program(*jax.device_put((key, handle, first_obs), self.acting))
         return state._replace(
             actor=jax.device_put(state.actor, self.on_actor),
             critic=jax.device_put(state.critic, self.on_critic),
@@ -170,8 +176,8 @@ class HostDrivenLoop:
     def act(self, state: OffPolicyState, params: Any, collect_key: jax.Array, iteration: int, random: bool):
         """EnvPool's program (timed: it runs when called), then the rows' copy to the buffer's devices."""
         env_step = env_step_at(self.plan, iteration, self.steps_per_iteration)
-        env_carry, rows, finished = self.clock.timed("env", self.act_program, state.env, params, collect_key, env_step,
-                                                     random)
+        env_carry, rows, finished = self.clock.timed("env", self.act_programs[random], state.env, params, collect_key,
+                                                     env_step)
         return env_carry, transfer(rows, self.on_critic), finished
 
     def warmup(self, state: OffPolicyState):
@@ -246,9 +252,11 @@ class HostDrivenLoop:
 
 def host_driven_loop(algo: OffPolicyAlgorithm, env: BatchedEnv, options: EnvOptions, plan: OffPolicyPlan,
                      placement: Placement, exchange: str, requests: EvalRequests, concurrent: bool = False,
-                     clock: PhaseClock | None = None) -> OffPolicyLoop:
-    """The loop of programs the host dispatches over the roles' devices (one agent)."""
-    return HostDrivenLoop(algo, env, options, plan, placement, exchange, requests, concurrent, clock or PhaseClock()).as_loop()
+                     clock: PhaseClock | None = None, programs: ProgramStore = ProgramStore(None, None)) -> OffPolicyLoop:
+    """The loop of programs the host dispatches over the roles' devices (one agent); `programs`
+    compiles each at its first call (loading it where stored)."""
+    return HostDrivenLoop(algo, env, options, plan, placement, exchange, requests, concurrent, clock or PhaseClock(),
+                          programs).as_loop()
 
 
 class OffPolicySchedule(ScheduleBase):
@@ -328,7 +336,8 @@ class OffPolicyHostDriven(OffPolicySchedule):
 
     def make_loop(self, ctx: Context, requests: EvalRequests) -> OffPolicyLoop:
         return host_driven_loop(ctx.algo, ctx.env, ctx.options, self.off_policy_plan, ctx.placement, ctx.config.exchange,
-                                requests, self.concurrent)
+                                requests, self.concurrent,
+                                programs=ProgramStore.for_run(ctx.config, ctx.env, ctx.plan, ctx.placement))
 
 
 class OffPolicyConcurrent(OffPolicyHostDriven):
