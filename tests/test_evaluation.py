@@ -38,7 +38,7 @@ def test_epsilon_greedy_replaces_actions_with_probability_epsilon():
 def test_evaluator_runs_one_episode_per_env_and_reports():
     results = []
     done = threading.Event()
-    evaluator = Evaluator("CartPole-v1", 5, 0, constant_policy, lambda r: (results.append(r), done.set()), 500)
+    evaluator = Evaluator("CartPole-v1", 5, 0, constant_policy, lambda r, _: (results.append(r), done.set()), 500)
     try:
         evaluator.request(None, step=123)
         assert done.wait(60)
@@ -58,7 +58,7 @@ def test_slow_evaluation_never_blocks_requests_and_newest_request_wins():
         release.wait(60)
         return constant_policy(payload, obs, seed)
 
-    evaluator = Evaluator("CartPole-v1", 2, 0, blocking_policy, lambda r: steps.append(r.step), 500)
+    evaluator = Evaluator("CartPole-v1", 2, 0, blocking_policy, lambda r, _: steps.append(r.step), 500)
     try:
         evaluator.request(None, 1)
         assert started.wait(60)  # the first evaluation is now stuck in the policy
@@ -82,7 +82,7 @@ def test_failing_evaluation_is_logged_and_counted_and_the_thread_survives(caplog
         return constant_policy(payload, obs, seed)
 
     results = []
-    evaluator = Evaluator("CartPole-v1", 2, 0, flaky_policy, results.append, 500)
+    evaluator = Evaluator("CartPole-v1", 2, 0, flaky_policy, lambda r, _: results.append(r), 500)
     try:
         evaluator.request("bad", 1)
         assert evaluator.wait_idle(60)
@@ -117,7 +117,7 @@ def test_evaluation_draws_one_policy_seed_per_step_from_its_evaluation_seed_and_
         return np.full(obs.shape[0], seed % 2, np.int32)
 
     def evaluations(*steps):  # a fresh evaluator, as in a rerun of the same run
-        evaluator = Evaluator("CartPole-v1", 3, 7, coin_policy, lambda r: None, 500)
+        evaluator = Evaluator("CartPole-v1", 3, 7, coin_policy, lambda r, _: None, 500)
         try:
             runs = []
             for step in steps:
@@ -145,7 +145,7 @@ def test_an_epsilon_greedy_evaluation_draws_from_its_own_stream_of_seed_and_step
 
     spec = probe_spec("CartPole-v1")
     random_actions = functools.partial(random_actions_np, spec)
-    evaluator = Evaluator("CartPole-v1", 4, 7, constant_policy, lambda r: None, 500, epsilon=0.5,
+    evaluator = Evaluator("CartPole-v1", 4, 7, constant_policy, lambda r, _: None, 500, epsilon=0.5,
                           random_actions=random_actions)
     try:
         result = evaluator.evaluate(None, 5)
@@ -225,3 +225,69 @@ def test_the_minigrid_and_procgen_ppo_presets_evaluate_sampled_as_their_referenc
     assert resolve_defaults("StarpilotEasy-v0", "ppo", "procgen").eval_policy == "sampled"
     for env_id, family in (("MiniGrid-Unlock-v0", "minigrid"), ("StarpilotEasy-v0", "procgen")):
         assert resolve_defaults(env_id, "pqn", family).eval_policy == "deterministic"  # epsilon-greedy's own
+
+
+def test_the_best_evaluations_policy_is_kept_and_loaded_as_it_scored(tmp_path):
+    """Evaluation runs beside training, so a run stopped at its target ends (and checkpoints) steps
+    after the evaluation that reached it, with a later policy (PQN's can fall back fast: seed 0's
+    final evaluation was 138.7 at 51,200 steps, its best 500 at 30,720, 2026-11-29). The policy of
+    the best evaluation is kept in checkpoints/best_policy.npz, and it plays as it scored."""
+    import envpool
+
+    from jaxrl_fast.outputs.checkpoint import CheckpointError, load_policy
+
+    run = tmp_path / "run"
+    summary = train(make_config("CartPole-v1", "pqn", target_return=475.0, run_dir=run, progress="off"))
+    evaluations = [line for line in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                   if "eval_return_mean" in line]
+    best = max(evaluations, key=lambda line: line["eval_return_mean"])  # the first of the highest
+    assert summary["best_eval_return_mean"] == best["eval_return_mean"] >= 475.0
+    assert summary["best_eval_step"] == best["step"] >= summary["target_step"]
+    assert summary["best_eval_return_mean"] >= summary["final_eval_return_mean"]
+    policy = load_policy(run, best=True)
+    assert (policy.step, policy.eval_return) == (best["step"], best["eval_return_mean"])
+    assert load_policy(run).step == summary["steps"]  # the newest checkpoint stays the default
+    env = envpool.make_gymnasium("CartPole-v1", num_envs=20, seed=123)  # episodes it was not scored on
+    obs, _ = env.reset()
+    returns, done = np.zeros(20), np.zeros(20, bool)
+    while not done.all():
+        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+        returns += reward * ~done
+        done |= terminated | truncated
+    assert returns.mean() >= 400.0, returns
+    with pytest.raises(CheckpointError, match="not both"):
+        load_policy(run, step=summary["steps"], best=True)
+    (run / "checkpoints" / "best_policy.npz").unlink()
+    with pytest.raises(CheckpointError, match="no evaluation of the run finished"):
+        load_policy(run, best=True)
+
+
+def test_the_best_policy_is_replaced_only_by_a_higher_evaluation_and_survives_a_resume(tmp_path):
+    from jaxrl_fast.outputs.best import BestPolicy, read_best_policy
+
+    def payload(value):
+        return {"params": {"w": np.full((3, 2), value, np.float32)}, "moments": np.arange(3.0)}
+
+    best = BestPolicy(tmp_path)
+    assert best.offer(100, 10.0, 1.0, 5, payload(1.0))
+    assert not best.offer(200, 9.0, 1.0, 5, payload(2.0))
+    assert not best.offer(300, 10.0, 1.0, 5, payload(3.0))  # a tie keeps the earlier policy
+    assert not best.offer(400, float("nan"), 1.0, 5, payload(4.0))
+    assert best.offer(500, 12.5, 0.5, 5, payload(5.0))
+    arrays, meta = read_best_policy(best.path)
+    assert (meta["step"], meta["eval_return_mean"], meta["eval_episodes"]) == (500, 12.5, 5)
+    assert meta["paths"] == ["['moments']", "['params']['w']"]
+    np.testing.assert_array_equal(arrays["00001"], np.full((3, 2), 5.0, np.float32))
+    resumed = BestPolicy(tmp_path)  # a resumed run's process: the earlier best stands
+    assert (resumed.step, resumed.mean) == (500, 12.5)
+    assert not resumed.offer(600, 12.0, 0.0, 5, payload(6.0))
+    assert sorted(p.name for p in best.path.parent.iterdir()) == ["best_policy.npz"]  # no temporary file left
+
+
+def test_a_best_policy_that_cannot_be_written_is_counted_not_raised(tmp_path):
+    from jaxrl_fast.outputs.best import BestPolicy
+
+    (tmp_path / "checkpoints").write_text("a file where the directory would be")
+    best = BestPolicy(tmp_path)
+    assert not best.offer(100, 10.0, 1.0, 5, {"w": np.zeros(2)})
+    assert best.failures == 1 and best.mean is None

@@ -114,7 +114,7 @@ def test_a_sampling_evaluation_plays_in_one_program_from_its_evaluation_seed_and
         raise AssertionError("a JAX-native evaluation plays in one program, not step by step")
 
     def evaluations(*steps):  # a fresh evaluator, as in a rerun of the same run
-        evaluator = Evaluator(CARTPOLE, 4, 7, on_the_host, lambda r: None, 500, traceable_policy=coin)
+        evaluator = Evaluator(CARTPOLE, 4, 7, on_the_host, lambda r, _: None, 500, traceable_policy=coin)
         try:
             return [evaluator.evaluate(None, step).lengths for step in steps]
         finally:

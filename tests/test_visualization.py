@@ -38,7 +38,7 @@ def test_video_plan_films_the_first_every_nth_and_the_final_evaluation():
 def test_filmed_episode_is_the_first_evaluation_episode_frame_for_frame(tmp_path):
     results = []
     done = threading.Event()
-    evaluator = Evaluator("CartPole-v1", 2, 0, push_left, lambda r: (results.append(r), done.set()), 500,
+    evaluator = Evaluator("CartPole-v1", 2, 0, push_left, lambda r, _: (results.append(r), done.set()), 500,
                           VideoPlan(tmp_path, every=1, final_step=10**9))
     try:
         evaluator.request(None, step=123)

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.engine.sharding import is_key
-from jaxrl_fast.outputs.run_dir import CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
+from jaxrl_fast.outputs.run_dir import BEST_POLICY, CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
 
 
 class CheckpointError(ValueError):
@@ -401,9 +401,11 @@ def write_policy_info(run_dir: Path, info: dict[str, Any]) -> None:
     write_json(directory / POLICY_JSON, info)
 
 
-def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool | None = None,
+def load_policy(run_dir: str | Path, step: int | None = None, *, best: bool = False, sampled: bool | None = None,
                 seed: int = 0) -> Callable[[np.ndarray], np.ndarray]:
     """The evaluation policy of a run's newest (or given) checkpoint: observations -> actions.
+    `best=True`: the policy of the run's best evaluation instead (`checkpoints/best_policy.npz`,
+    which a run stopped at `--target-return` ends after: training went on while it was evaluated).
 
     It acts deterministically or, where the run evaluated with `--eval-policy sampled` (the MiniGrid
     and Procgen PPO presets), with actions sampled from the policy, a fresh draw each call from a
@@ -414,12 +416,12 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
     Takes a batch `[N, *obs_shape]` or a single observation `[*obs_shape]`; returns actions in the
     env's action space. A dict-observation env's policy (dm_control) also takes EnvPool's dict, one
     observation or a batch, and flattens it as training did (keys in `spec.obs_keys` order). Needs the run directory only: no environment, trainer or EnvPool pool.
-    Raises CheckpointError for a step that was not saved (listing those that were), for
-    `sampled=True` with a deterministic policy, and, when called, for observations of another shape
-    (naming the expected one).
+    Raises CheckpointError for a step that was not saved (listing those that were), for `best=True`
+    where no evaluation finished (or with a `step`), for `sampled=True` with a deterministic
+    policy, and, when called, for observations of another shape (naming the expected one).
+    `policy.step` is the step its parameters were trained to; with `best=True`,
+    `policy.eval_return` is the evaluation's mean that made it the best.
     """
-    import orbax.checkpoint as ocp
-
     from jaxrl_fast.algos import ALGORITHMS, make_algorithm
     from jaxrl_fast.config.run import config_from_dict, family
     from jaxrl_fast.engine.acting import EvalPayload, draw_seed, env_options, evaluation_policy
@@ -438,22 +440,14 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
         samplers = ", ".join(name for name, spec_of in ALGORITHMS.items() if spec_of.stochastic_policy)
         raise CheckpointError(f"load_policy(..., sampled=True): {config.algo}'s policy is deterministic "
                               f"(policies that sample: {samplers})")
-    with open_read_only(directory) as manager:
-        saved = sorted(manager.all_steps())
-        if not saved:
-            raise CheckpointError(f"no complete checkpoint in {directory}")
-        step = saved[-1] if step is None else step
-        if step not in saved:
-            raise CheckpointError(f"no checkpoint at step {step} in {directory}; saved steps: {', '.join(map(str, saved))}")
-        out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(),
-                                                            meta=ocp.args.JsonRestore()))
+    arrays, policy_paths, step, eval_return = saved_policy(directory, step, best)
     algo = make_algorithm(config, spec)
     if family(config) == "off_policy":
         shapes = jax.eval_shape(lambda k: algo.acting_params(*algo.init(k)), jax.random.key(0))
     else:
         shapes = jax.eval_shape(lambda k: algo.policy_params(algo.init(k)), jax.random.key(0))
     template = EvalPayload(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), init_moments(spec.obs_shape))
-    payload = unflatten_into(template, dict(out.policy), out.meta["policy_paths"])
+    payload = unflatten_into(template, arrays, policy_paths)
     seeds = np.random.default_rng(seed)
     evaluate = jax.jit(functools.partial(evaluation_policy(algo, env_options(config), sampled), payload))
     act = lambda obs: evaluate(obs, draw_seed(seeds))  # noqa: E731
@@ -467,9 +461,36 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, sampled: bool |
         actions = np.asarray(act(obs[None] if single else obs))
         return actions[0] if single else actions
 
-    policy.step = step  # which checkpoint it came from
+    policy.step = step  # which checkpoint (or best evaluation) it came from
+    policy.eval_return = eval_return
     policy.sampled = sampled
     return policy
+
+
+def saved_policy(directory: Path, step: int | None, best: bool) -> tuple[dict[str, Any], list[str], int, float | None]:
+    """A run's saved policy arrays (by position), their tree paths, the step they were trained to
+    and, for the best evaluation's policy, its evaluation mean: from the checkpoint at `step` (the
+    newest by default) or, with `best`, from `best_policy.npz`."""
+    if best:
+        from jaxrl_fast.outputs.best import read_best_policy
+
+        if step is not None:
+            raise CheckpointError("load_policy: give a step or best=True, not both")
+        if not (directory / BEST_POLICY).exists():
+            raise CheckpointError(f"{directory.parent} has no {CHECKPOINT_DIR}/{BEST_POLICY}: no evaluation of the run finished")
+        arrays, meta = read_best_policy(directory / BEST_POLICY)
+        return arrays, meta["paths"], meta["step"], meta["eval_return_mean"]
+    import orbax.checkpoint as ocp
+
+    with open_read_only(directory) as manager:
+        saved = sorted(manager.all_steps())
+        if not saved:
+            raise CheckpointError(f"no complete checkpoint in {directory}")
+        step = saved[-1] if step is None else step
+        if step not in saved:
+            raise CheckpointError(f"no checkpoint at step {step} in {directory}; saved steps: {', '.join(map(str, saved))}")
+        out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+    return dict(out.policy), out.meta["policy_paths"], step, None
 
 
 def flat_observation(obs: dict[str, Any], spec: Any) -> np.ndarray:

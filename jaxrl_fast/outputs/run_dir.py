@@ -28,6 +28,7 @@ CURVE_FILE = "learning_curve.png"
 TB_EVENTS = "events.out.tfevents.*"
 CHECKPOINT_DIR = "checkpoints"
 POLICY_JSON = "policy.json"  # inside CHECKPOINT_DIR
+BEST_POLICY = "best_policy.npz"  # inside CHECKPOINT_DIR: the best evaluation's policy (`outputs.best`)
 VIDEO_DIR = "videos"
 PROFILE_DIR = "profile"
 # what a run writes besides config.json (a run started over in its directory clears these)

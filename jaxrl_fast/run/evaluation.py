@@ -136,7 +136,7 @@ class Evaluator:
       policy: `(payload, obs [N, ...] float32, seed uint32) -> env actions`, jitted by the caller;
         `seed` is drawn each step from a generator seeded by (seed, step), for a policy that samples
         (`--eval-policy sampled`), and a deterministic one ignores it.
-      on_result: called in the evaluator thread with each `EvalResult`.
+      on_result: called in the evaluator thread with each `EvalResult` and the payload it evaluated.
       max_episode_steps: bound on an evaluation's length.
       video: which evaluations to film (None: none); the pool is then made renderable.
       options: EnvPool options of the evaluation pool (`env.evaluation_options` of the training ones).
@@ -154,7 +154,7 @@ class Evaluator:
         num_episodes: int,
         seed: int,
         policy: Callable[[Any, np.ndarray, np.uint32], np.ndarray],
-        on_result: Callable[[EvalResult], None],
+        on_result: Callable[[EvalResult, Any], None],
         max_episode_steps: int,
         video: VideoPlan | None = None,
         options: dict[str, Any] | None = None,
@@ -305,7 +305,7 @@ class Evaluator:
                 self._pending = None
                 self._busy = True
             try:
-                self._on_result(self._evaluate(payload, step))
+                self._on_result(self._evaluate(payload, step), payload)
             except Exception as error:  # an evaluation must never take training down
                 self.failures += 1
                 self.last_error = f"{type(error).__name__}: {error}"

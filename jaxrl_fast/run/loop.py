@@ -137,8 +137,9 @@ def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, pa
             seed.evaluator.wait_idle(timeout=600)
             final = seed.report.results.get(steps) or seed.report.logged.get(steps)
             if final is None:
-                final = seed.evaluator.evaluate(run.agent(payload(), seed.index), steps)
-                seed.report.evaluation(final)
+                agent = run.agent(payload(), seed.index)
+                final = seed.evaluator.evaluate(agent, steps)
+                seed.report.evaluation(final, agent)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         seed.evaluator.failures += 1
         log.exception("final evaluation failed")
@@ -180,6 +181,11 @@ def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final:
     if report.target.time_s is not None:
         summary["time_to_target_s"] = report.target.time_s
         summary["target_step"] = report.target.step
+    if report.best.step is not None:  # the policy kept in checkpoints/best_policy.npz
+        summary["best_eval_return_mean"] = report.best.mean
+        summary["best_eval_step"] = report.best.step
+    if report.best.failures:
+        summary["best_policy_failures"] = report.best.failures
     write_json(seed.run_dir / SUMMARY_FILE, summary)
     report.sink.close()
     return summary
@@ -204,6 +210,7 @@ def seeds_summary(run: Run, progress: Progress, steps: int, summaries: list[dict
         "target_return": run.config.target_return,
         "time_to_target_s": [s.get("time_to_target_s") for s in summaries],
         "target_step": [s.get("target_step") for s in summaries],
+        "best_eval_return_mean": [s.get("best_eval_return_mean") for s in summaries],  # each seed_<k>'s best_policy.npz
         "eval_failures": sum(s["eval_failures"] for s in summaries),
         "interrupted": progress.interrupted,
         "schedule": run.config.schedule,
@@ -243,8 +250,11 @@ def outcome_text(run: Run, finals: list[EvalResult | LoggedEval | None]) -> str:
     reached = [seed.report.target.time_s for seed in run.seeds]
     if len(run.seeds) == 1:
         final, = finals
+        best = run.seeds[0].report.best
         return ("final eval " + (f"{final.mean:.1f} ± {final.std:.1f}" if final else "-")
-                + (f", target reached at {reached[0]:.1f} s" if reached[0] is not None else ""))
+                + (f", target reached at {reached[0]:.1f} s" if reached[0] is not None else "")
+                + (f", best {best.mean:.1f} at step {best.step:,d} (load_policy(run_dir, best=True))"
+                   if best.mean is not None and (final is None or best.mean > final.mean) else ""))
     means = [final.mean for final in finals if final is not None]
     text = (f"final eval over {len(means)} seeds: median {np.median(means):.1f} [{min(means):.1f}, {max(means):.1f}]"
             if means else "final eval -")

@@ -12,6 +12,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxrl_fast.config.run import TrainConfig
+from jaxrl_fast.outputs.best import BestPolicy
 from jaxrl_fast.outputs.checkpoint import Restored
 from jaxrl_fast.outputs.curves import LearningCurve, evaluation_label
 from jaxrl_fast.outputs.metrics import MetricsSink, ProgressDisplay, RunClock, read_metrics
@@ -78,12 +79,14 @@ class Report:
         self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}",
                                    eval_label=evaluation_label(config.eval_epsilon, config.eval_policy))
         self.results: dict[int, EvalResult] = {}
+        self.best = BestPolicy(run_dir)
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
                        for line in read_metrics(run_dir / METRICS_FILE) if "eval_return_mean" in line} if restored else {}
 
-    def evaluation(self, result: EvalResult) -> None:
-        """Called where the evaluation ran (the evaluator's thread), never in training."""
+    def evaluation(self, result: EvalResult, payload: Any) -> None:
+        """Called where the evaluation ran (the evaluator's thread), never in training, with the
+        policy it evaluated (kept when it is the run's best so far)."""
         if not math.isfinite(result.mean):  # parameters that went NaN in the call the NaN guard stops at
             log.warning("the evaluation at step %d gave a non-finite return; it is not logged", result.step)
             return
@@ -97,6 +100,7 @@ class Report:
         })
         self.show(result)
         self.target.observe(result)
+        self.best.offer(result.step, result.mean, result.std, len(result.returns), payload)
         self.curve.update()  # after the line it draws is written
 
     def training(self, step: int, steps: int, update_frames: int, elapsed: float, metrics: dict, episodes: Any) -> None:
@@ -119,7 +123,7 @@ class SilentReport:
         self.results: dict[int, EvalResult] = {}
         self.logged: dict[int, LoggedEval] = {}
 
-    def evaluation(self, result: EvalResult) -> None:
+    def evaluation(self, result: EvalResult, payload: Any) -> None:
         pass
 
     def training(self, *args: Any) -> None:

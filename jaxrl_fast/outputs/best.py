@@ -1,0 +1,85 @@
+"""The policy of a run's best evaluation, kept beside its checkpoints.
+
+Evaluation runs beside training, so by the time an evaluation reports, training has moved on: a
+run stopped at `--target-return` ends (and checkpoints) with a later policy than the one that
+reached the target, and a run whose returns fall back late ends with the lower policy. Each
+evaluation that beats every earlier one of the run writes the policy it evaluated (parameters and
+observation statistics) to `RUN_DIR/checkpoints/best_policy.npz`, as Stable-Baselines3's
+`EvalCallback` keeps `best_model.zip`; `load_policy(run_dir, best=True)` loads it.
+
+One `.npz` file: the arrays by position (`flatten_state`'s keys) and `__meta__`, a JSON string with
+the step, the evaluation's mean, std and episode count, and the arrays' tree paths. It is written
+to a temporary name and renamed, so a reader meets the previous best or the new one, never half
+of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxrl_fast.outputs.checkpoint import flatten_state
+from jaxrl_fast.outputs.run_dir import BEST_POLICY, CHECKPOINT_DIR
+
+log = logging.getLogger(__name__)
+META = "__meta__"
+
+
+def best_policy_path(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / BEST_POLICY
+
+
+def read_best_policy(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays by position and the meta of a best-policy file."""
+    with np.load(path, allow_pickle=False) as saved:
+        meta = json.loads(str(saved[META]))
+        return {key: saved[key] for key in saved.files if key != META}, meta
+
+
+class BestPolicy:
+    """Writes the policy of each evaluation that beats the run's best so far (called on the
+    evaluator's thread, never in training). A failed write is logged and counted, never raised:
+    the best file is a convenience, the checkpoints are the run's record."""
+
+    def __init__(self, run_dir: Path):
+        self.path = best_policy_path(run_dir)
+        self.mean: float | None = None
+        self.step: int | None = None
+        self.failures = 0
+        if self.path.exists():  # a resumed run: its earlier best stands until beaten
+            try:
+                _, meta = read_best_policy(self.path)
+                self.mean, self.step = float(meta["eval_return_mean"]), int(meta["step"])
+            except Exception as error:  # noqa: BLE001 - an unreadable file is replaced by the next best
+                log.warning("best policy %s could not be read (%s); the next evaluation replaces it", self.path, error)
+
+    def offer(self, step: int, mean: float, std: float, episodes: int, payload: Any) -> bool:
+        """Keep `payload` if `mean` beats the best so far (ties keep the earlier policy); True if written."""
+        if not math.isfinite(mean) or (self.mean is not None and mean <= self.mean):
+            return False
+        flat, paths = flatten_state(payload)
+        meta = {"step": int(step), "eval_return_mean": float(mean), "eval_return_std": float(std),
+                "eval_episodes": int(episodes), "paths": paths}
+        partial = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(partial, "wb") as file:
+                np.savez(file, **{META: np.array(json.dumps(meta))}, **{k: np.asarray(v) for k, v in flat.items()})
+            os.replace(partial, self.path)
+        except OSError as error:
+            self.failures += 1
+            log.error("best policy at step %d could not be written to %s: %s", step, self.path, error)
+            return False
+        finally:
+            with contextlib.suppress(OSError):  # written and renamed, or never made
+                partial.unlink(missing_ok=True)
+        self.mean, self.step = float(mean), int(step)
+        return True
