@@ -53,7 +53,7 @@ class RunConfig:
     run_dir: Path | None = None
     """Output directory; default runs/<env>__<algo>__<seed>__<time>."""
     target_return: float | None = None
-    """Stop at the first evaluation whose mean return reaches this (training goes on while it runs: the best evaluation's policy is kept in checkpoints/best_policy.npz, load_policy(run_dir, best=True))."""
+    """Stop at the first evaluation whose mean return reaches this. Training goes on while it runs, so the run ends with a later policy; every run keeps its best evaluation's (load_policy(run_dir, best=True))."""
     eval_interval: int = 10_000
     """Environment steps between evaluations (0: only the final one)."""
     eval_episodes: int = 10

@@ -10,7 +10,8 @@ observation statistics) to `RUN_DIR/checkpoints/best_policy.npz`, as Stable-Base
 One `.npz` file: the arrays by position (`flatten_state`'s keys) and `__meta__`, a JSON string with
 the step, the evaluation's mean, std and episode count, and the arrays' tree paths. It is written
 to a temporary name and renamed, so a reader meets the previous best or the new one, never half
-of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it.
+of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it (one
+from past the checkpoint it resumes from is replaced by its next evaluation).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import logging
 import math
 import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -45,26 +47,45 @@ def read_best_policy(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]
 
 
 class BestPolicy:
-    """Writes the policy of each evaluation that beats the run's best so far (called on the
-    evaluator's thread, never in training). A failed write is logged and counted, never raised:
-    the best file is a convenience, the checkpoints are the run's record."""
+    """Writes the policy of each evaluation that beats the run's best so far: on the evaluator's
+    thread, and on the trainer's for the final evaluation, one at a time (a lock). A failed write
+    is logged and counted, never raised: the best file is a convenience, the checkpoints are the
+    run's record.
 
-    def __init__(self, run_dir: Path):
+    `resumed_from`: the step of the checkpoint a resumed run restarts from. Its earlier best stands
+    until beaten, unless it comes from a later step: the resumed run redoes those steps (its
+    metrics are cut back to the checkpoint), so that policy is of a trajectory it discards."""
+
+    def __init__(self, run_dir: Path, resumed_from: int | None = None):
         self.path = best_policy_path(run_dir)
         self.mean: float | None = None
         self.step: int | None = None
         self.failures = 0
-        if self.path.exists():  # a resumed run: its earlier best stands until beaten
+        self._lock = threading.Lock()
+        if self.path.exists():
             try:
                 _, meta = read_best_policy(self.path)
-                self.mean, self.step = float(meta["eval_return_mean"]), int(meta["step"])
             except Exception as error:  # noqa: BLE001 - an unreadable file is replaced by the next best
                 log.warning("best policy %s could not be read (%s); the next evaluation replaces it", self.path, error)
+                return
+            if resumed_from is not None and int(meta["step"]) <= resumed_from:
+                self.mean, self.step = float(meta["eval_return_mean"]), int(meta["step"])
 
     def offer(self, step: int, mean: float, std: float, episodes: int, payload: Any) -> bool:
         """Keep `payload` if `mean` beats the best so far (ties keep the earlier policy); True if written."""
-        if not math.isfinite(mean) or (self.mean is not None and mean <= self.mean):
-            return False
+        with self._lock:
+            if not math.isfinite(mean) or (self.mean is not None and mean <= self.mean):
+                return False
+            try:
+                self._write(step, mean, std, episodes, payload)
+            except Exception as error:  # noqa: BLE001 - never the evaluation's (or the run's) failure
+                self.failures += 1
+                log.error("best policy at step %d could not be written to %s: %s", step, self.path, error)
+                return False
+            self.mean, self.step = float(mean), int(step)
+            return True
+
+    def _write(self, step: int, mean: float, std: float, episodes: int, payload: Any) -> None:
         flat, paths = flatten_state(payload)
         meta = {"step": int(step), "eval_return_mean": float(mean), "eval_return_std": float(std),
                 "eval_episodes": int(episodes), "paths": paths}
@@ -74,12 +95,6 @@ class BestPolicy:
             with open(partial, "wb") as file:
                 np.savez(file, **{META: np.array(json.dumps(meta))}, **{k: np.asarray(v) for k, v in flat.items()})
             os.replace(partial, self.path)
-        except OSError as error:
-            self.failures += 1
-            log.error("best policy at step %d could not be written to %s: %s", step, self.path, error)
-            return False
         finally:
-            with contextlib.suppress(OSError):  # written and renamed, or never made
+            with contextlib.suppress(OSError):  # renamed, or never made
                 partial.unlink(missing_ok=True)
-        self.mean, self.step = float(mean), int(step)
-        return True

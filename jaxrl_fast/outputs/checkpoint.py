@@ -477,7 +477,8 @@ def saved_policy(directory: Path, step: int | None, best: bool) -> tuple[dict[st
         if step is not None:
             raise CheckpointError("load_policy: give a step or best=True, not both")
         if not (directory / BEST_POLICY).exists():
-            raise CheckpointError(f"{directory.parent} has no {CHECKPOINT_DIR}/{BEST_POLICY}: no evaluation of the run finished")
+            raise CheckpointError(f"{directory.parent} has no {CHECKPOINT_DIR}/{BEST_POLICY}: "
+                                  "no evaluation of the run finished")
         arrays, meta = read_best_policy(directory / BEST_POLICY)
         return arrays, meta["paths"], meta["step"], meta["eval_return_mean"]
     import orbax.checkpoint as ocp
@@ -488,8 +489,10 @@ def saved_policy(directory: Path, step: int | None, best: bool) -> tuple[dict[st
             raise CheckpointError(f"no complete checkpoint in {directory}")
         step = saved[-1] if step is None else step
         if step not in saved:
-            raise CheckpointError(f"no checkpoint at step {step} in {directory}; saved steps: {', '.join(map(str, saved))}")
-        out = manager.restore(step, args=ocp.args.Composite(policy=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+            raise CheckpointError(f"no checkpoint at step {step} in {directory}; "
+                                  f"saved steps: {', '.join(map(str, saved))}")
+        items = ocp.args.Composite(policy=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore())
+        out = manager.restore(step, args=items)
     return dict(out.policy), out.meta["policy_paths"], step, None
 
 

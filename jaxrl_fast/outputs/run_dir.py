@@ -7,7 +7,7 @@ name from here.
     RUN_DIR/summary.json       the run's figures at its end
     RUN_DIR/learning_curve.png evaluation mean and spread against env steps
     RUN_DIR/events.out.tfevents.*  the same scalars for TensorBoard
-    RUN_DIR/checkpoints/       orbax checkpoints, and policy.json for `load_policy`
+    RUN_DIR/checkpoints/       orbax checkpoints, policy.json for `load_policy`, best_policy.npz
     RUN_DIR/videos/, profile/  with --video-interval, --profile
     RUN_DIR/seed_<k>/          with --num-seeds: agent k's complete run directory
 """

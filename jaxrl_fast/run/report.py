@@ -79,7 +79,7 @@ class Report:
         self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}",
                                    eval_label=evaluation_label(config.eval_epsilon, config.eval_policy))
         self.results: dict[int, EvalResult] = {}
-        self.best = BestPolicy(run_dir)
+        self.best = BestPolicy(run_dir, restored.step if restored is not None else None)
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
                        for line in read_metrics(run_dir / METRICS_FILE) if "eval_return_mean" in line} if restored else {}
@@ -100,8 +100,8 @@ class Report:
         })
         self.show(result)
         self.target.observe(result)
-        self.best.offer(result.step, result.mean, result.std, len(result.returns), payload)
         self.curve.update()  # after the line it draws is written
+        self.best.offer(result.step, result.mean, result.std, len(result.returns), payload)
 
     def training(self, step: int, steps: int, update_frames: int, elapsed: float, metrics: dict, episodes: Any) -> None:
         record: dict[str, Any] = {"sps": steps / elapsed, "update_frames_per_s": update_frames / elapsed}

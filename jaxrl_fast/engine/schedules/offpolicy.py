@@ -152,7 +152,8 @@ class HostDrivenLoop:
         self.add_program = programs.lazy("host-add", jax.jit(add_many, donate_argnums=0, out_shardings=self.on_critic))
         self.critic_program = programs.lazy("host-critic", jax.jit(pieces.critic_step, donate_argnums=0,
                                                                    out_shardings=self.on_critic))
-        self.actor_program = programs.lazy("host-actor", jax.jit(actor_step, donate_argnums=0, out_shardings=self.on_actor))
+        self.actor_program = programs.lazy("host-actor", jax.jit(actor_step, donate_argnums=0,
+                                                                 out_shardings=self.on_actor))
         self.shared_program = programs.lazy("host-updates", jax.jit(
             pieces.run_updates, donate_argnums=(0, 1), out_shardings=(self.on_actor, self.on_critic, self.on_critic)))
 
@@ -252,7 +253,8 @@ class HostDrivenLoop:
 
 def host_driven_loop(algo: OffPolicyAlgorithm, env: BatchedEnv, options: EnvOptions, plan: OffPolicyPlan,
                      placement: Placement, exchange: str, requests: EvalRequests, concurrent: bool = False,
-                     clock: PhaseClock | None = None, programs: ProgramStore = ProgramStore(None, None)) -> OffPolicyLoop:
+                     clock: PhaseClock | None = None,
+                     programs: ProgramStore = ProgramStore(None, None)) -> OffPolicyLoop:
     """The loop of programs the host dispatches over the roles' devices (one agent); `programs`
     compiles each at its first call (loading it where stored)."""
     return HostDrivenLoop(algo, env, options, plan, placement, exchange, requests, concurrent, clock or PhaseClock(),
@@ -284,7 +286,7 @@ class OffPolicySchedule(ScheduleBase):
                 self.state = self.state._replace(**restored.into(self.snapshot().state))
             if warm_up:
                 self.state, _ = self.loop.warmup(self.state)  # also compiles the acting program
-            self.state, _, _ = self.loop.run(self.state, 0)  # compiles the learning program(s)
+            self.state, _, _ = self.loop.run(self.state, 0)  # the fused loop's program (host-driven: at the first call)
         jax.block_until_ready(self.state)
         return time.perf_counter() - begin
 
