@@ -57,6 +57,17 @@ def train(run_dir, cache_dir, *extra):
     return finish(start(run_dir, cache_dir, *extra))
 
 
+def assert_loaded_by_a_second_run(tmp_path, cache, flags, programs):
+    """A second run of `flags` on `cache` (the first ran in tmp_path/a) compiles nothing, lowers none
+    of `programs`, and ends with the first run's final evaluation (deterministic)."""
+    second, _ = train(tmp_path / "b", cache, *flags)
+    assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
+    assert not programs & set(second["lowered"]), second["lowered"]
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
+    assert summaries[0]["final_eval_return_mean"] is not None
+    assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]
+
+
 def entries(cache_dir):
     return sorted(p.name for p in cache_dir.rglob("*-cache"))
 
@@ -143,12 +154,7 @@ def test_the_concurrent_schedules_programs_are_stored_and_loaded_by_a_second_pro
         "concurrent-collect", "concurrent-env-init", "concurrent-init", "concurrent-update"]
     programs = {"jit(rollout)", "jit(update)", "jit(init)", "jit(env_init)"}
     assert programs <= set(first["compiled"]), first["compiled"]
-    second, _ = train(tmp_path / "b", cache, *flags)
-    assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
-    assert not programs & set(second["lowered"]), second["lowered"]
-    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
-    assert summaries[0]["final_eval_return_mean"] is not None
-    assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]  # deterministic
+    assert_loaded_by_a_second_run(tmp_path, cache, flags, programs)
 
 
 @pytest.mark.slow
@@ -164,12 +170,7 @@ def test_the_host_driven_loops_programs_are_stored_and_loaded_by_a_second_proces
         "host-act-policy", "host-act-random", "host-actor", "host-add", "host-critic", "host-init"]
     programs = {"jit(init)", "jit(act_rows)", "jit(add_many)", "jit(critic_step)", "jit(actor_step)"}
     assert programs <= set(first["compiled"]), first["compiled"]
-    second, _ = train(tmp_path / "b", cache, *flags)
-    assert second["hits"] > 0 and second["compiled"] == [], second["compiled"]
-    assert not programs & set(second["lowered"]), second["lowered"]
-    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in "ab"]
-    assert summaries[0]["final_eval_return_mean"] is not None
-    assert summaries[0]["final_eval_return_mean"] == summaries[1]["final_eval_return_mean"]
+    assert_loaded_by_a_second_run(tmp_path, cache, flags, programs)
 
 
 @pytest.mark.slow
