@@ -93,7 +93,7 @@ def module_name(path: Path) -> str:
 # above (docs/contributing.md draws them). An algorithm's declaration (its config) sits below the
 # configuration that gathers them; its learner above the networks it builds.
 LAYERS = [
-    ("contracts", ["jaxrl_fast.types"]),
+    ("contracts", ["jaxrl_fast.types", "jaxrl_fast.files"]),
     ("declarations", ["jaxrl_fast.networks.config", "jaxrl_fast.algos", "jaxrl_fast.algos.base",
                       "jaxrl_fast.algos.*.config", "jaxrl_fast.algos.*"]),
     ("configuration", ["jaxrl_fast.config"]),

@@ -240,3 +240,21 @@ def test_a_failed_checkpoint_write_stops_the_run_in_one_line_keeping_the_last_go
     assert checkpoint_steps(run_dir) == [1024, 2048]
     assert max(line["step"] for line in lines_of(run_dir)) == 3072  # stopped at once, not at the next save
     assert Checkpointer(run_dir, 3).restore().step == 2048
+
+
+def test_a_file_written_whole_is_the_old_one_or_the_new_one_never_half(tmp_path):
+    from jaxrl_fast.files import written_whole
+
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+    with pytest.raises(OSError, match="disk full"):
+        with written_whole(path) as partial:
+            partial.write_text("half of the ne")
+            assert path.read_text() == "old"  # a reader meets the old file meanwhile
+            raise OSError("disk full")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["summary.json"]  # the partial is gone
+    with written_whole(path) as first, written_whole(path) as second:  # two writers at once
+        assert first != second and first.parent == tmp_path and first.name.startswith(".")
+        first.write_text("first")
+        second.write_text("second")
+    assert path.read_text() == "first" and os.listdir(tmp_path) == ["summary.json"]

@@ -19,10 +19,10 @@ from jaxrl_fast.engine.program_store import (
     ABANDONED_PARTIAL_S,
     SUFFIX,
     ProgramStore,
-    partial_path,
     prune,
     run_identity,
 )
+from jaxrl_fast.files import partial_path
 
 
 def fresh_program():

@@ -74,6 +74,7 @@ from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.timing import PhaseClock
 from jaxrl_fast.env.envpool import make_pool, make_xla_env, probe_spec
 from jaxrl_fast.env.spaces import random_actions_np
+from jaxrl_fast.files import written_whole
 from jaxrl_fast.types import BatchedEnv, EnvSpec, Rollout, Transition
 
 ENV_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -586,9 +587,8 @@ def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0,
     result = measure_and_choose(config, placement, budget_s, concurrent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(result), indent=1))
-        tmp.replace(path)
+        with written_whole(path) as partial:
+            partial.write_text(json.dumps(dataclasses.asdict(result), indent=1))
     except OSError as error:  # a read-only home: the run goes on with the measured choice
         log(f"calibration: could not cache to {path}: {error}")
     return result

@@ -38,13 +38,13 @@ import pickle
 import platform
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 import jax
 
 from jaxrl_fast.engine.placement import describe_devices
+from jaxrl_fast.files import written_whole
 
 log = logging.getLogger(__name__)
 
@@ -180,16 +180,13 @@ class ProgramStore:
     def _save(self, path: Path, compiled: Any) -> None:
         from jax.experimental import serialize_executable
 
-        partial = partial_path(path)
         try:
             body = pickle.dumps(serialize_executable.serialize(compiled))
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_bytes(body)
-            os.replace(partial, path)
+            with written_whole(path) as partial:
+                partial.write_bytes(body)
         except Exception as error:  # noqa: BLE001 (unstored, the next run compiles it again: never worse than before)
             log.debug("program %s not stored: %s", path.name, error)
-        finally:
-            partial.unlink(missing_ok=True)
         prune(path.parent, MAX_STORE_BYTES, keep=path)
 
     def _load(self, path: Path, devices: list[Any]) -> Any | None:
@@ -253,12 +250,8 @@ def placed_shapes(tree: Any, device: Any) -> Any:
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where, weak_type=s.weak_type), tree)
 
 
-def partial_path(path: Path) -> Path:
-    """Where `_save` writes an entry before renaming it to `path`: hidden, and unique to the write."""
-    return path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-
-
 def _is_partial(name: str) -> bool:
+    """Whether `name` is an entry's write in progress (`files.partial_path`'s name)."""
     return name.startswith(".") and f"{SUFFIX}." in name
 
 

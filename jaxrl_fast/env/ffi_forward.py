@@ -36,7 +36,6 @@ import functools
 import hashlib
 import os
 import subprocess
-import tempfile
 import threading
 import traceback
 import warnings
@@ -45,6 +44,8 @@ from typing import Any, Callable, NamedTuple
 
 import jaxlib
 from jax import ffi
+
+from jaxrl_fast.files import written_whole
 
 __all__ = ["FORWARD_VARIABLE", "HOST_TARGET", "TARGET", "Forwarder", "forwarder"]
 
@@ -139,13 +140,8 @@ def _build_paths() -> _Build:
 def _compile(build: _Build) -> None:
     """Into a temporary file beside the library, then renamed: runs building at once never read half a file."""
     build.library.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=build.library.parent, suffix=".so", delete=False) as out:
-        partial = Path(out.name)
-    try:
+    with written_whole(build.library) as partial:
         subprocess.run(build.command(partial), check=True, capture_output=True, text=True, timeout=120)
-        os.replace(partial, build.library)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 _building = threading.Lock()

@@ -10,24 +10,22 @@ observation statistics) to `RUN_DIR/checkpoints/best_policy.npz`, as Stable-Base
 One `.npz` file: the arrays by position (`flatten_state`'s keys) and `__meta__`, a JSON string with
 the step, the evaluation's mean, std and episode count, and the arrays' tree paths. It is written
 to a temporary name and renamed, so a reader meets the previous best or the new one, never half
-of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it (one
-from past the checkpoint it resumes from is replaced by its next evaluation).
+of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it; one
+from past the checkpoint it resumes from is removed, as that trajectory's metrics are.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import os
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from jaxrl_fast.files import written_whole
 from jaxrl_fast.outputs.checkpoint import flatten_state
 from jaxrl_fast.outputs.run_dir import BEST_POLICY, CHECKPOINT_DIR
 
@@ -52,9 +50,10 @@ class BestPolicy:
     is logged and counted, never raised: the best file is a convenience, the checkpoints are the
     run's record.
 
-    `resumed_from`: the step of the checkpoint a resumed run restarts from. Its earlier best stands
-    until beaten, unless it comes from a later step: the resumed run redoes those steps (its
-    metrics are cut back to the checkpoint), so that policy is of a trajectory it discards."""
+    `resumed_from`: the step of the checkpoint a resumed run restarts from (None: from the start).
+    Its earlier best stands until beaten, unless it comes from a later step: the resumed run redoes
+    those steps (its metrics are cut back to the checkpoint), so that policy, of a trajectory it
+    discards, is removed."""
 
     def __init__(self, run_dir: Path, resumed_from: int | None = None):
         self.path = best_policy_path(run_dir)
@@ -70,6 +69,12 @@ class BestPolicy:
                 return
             if resumed_from is not None and int(meta["step"]) <= resumed_from:
                 self.mean, self.step = float(meta["eval_return_mean"]), int(meta["step"])
+            else:  # of steps this run redoes (all of them where no checkpoint was reached): gone, as their metrics are
+                try:
+                    self.path.unlink(missing_ok=True)
+                    log.info("best policy of step %s is past the checkpoint the run restarts from: removed", meta["step"])
+                except OSError as error:
+                    log.warning("best policy %s of a redone step could not be removed: %s", self.path, error)
 
     def offer(self, step: int, mean: float, std: float, episodes: int, payload: Any) -> bool:
         """Keep `payload` if `mean` beats the best so far (ties keep the earlier policy); True if written."""
@@ -89,12 +94,6 @@ class BestPolicy:
         flat, paths = flatten_state(payload)
         meta = {"step": int(step), "eval_return_mean": float(mean), "eval_return_std": float(std),
                 "eval_episodes": int(episodes), "paths": paths}
-        partial = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(partial, "wb") as file:
-                np.savez(file, **{META: np.array(json.dumps(meta))}, **{k: np.asarray(v) for k, v in flat.items()})
-            os.replace(partial, self.path)
-        finally:
-            with contextlib.suppress(OSError):  # renamed, or never made
-                partial.unlink(missing_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with written_whole(self.path) as partial, open(partial, "wb") as file:
+            np.savez(file, **{META: np.array(json.dumps(meta))}, **{k: np.asarray(v) for k, v in flat.items()})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxrl_fast.files import written_whole
 from jaxrl_fast.outputs.run_dir import CURVE_FILE, METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,8 @@ def draw_learning_curve(points: CurvePoints, path: Path, title: str, eval_label:
         axes.legend(loc="best", fontsize=8)
     figure.tight_layout()
     path = Path(path)
-    partial = path.with_name(path.stem + ".partial.png")
-    figure.savefig(partial, format="png")
-    os.replace(partial, path)
+    with written_whole(path) as partial:
+        figure.savefig(partial, format="png")
 
 
 class LearningCurve:

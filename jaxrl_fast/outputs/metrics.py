@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jaxrl_fast.files import written_whole
 from jaxrl_fast.outputs.run_dir import METRICS_FILE, TB_EVENTS
 
 
@@ -52,9 +53,8 @@ class RunClock:
 
 def write_json(path: Path, data: Any) -> None:
     """Write atomically: a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    with written_whole(path) as partial:
+        partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _json_value(value: Any) -> Any:
@@ -80,9 +80,8 @@ def truncate_metrics(path: Path, last_step: int) -> int:
             kept.append(line)
         else:
             dropped += 1
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
+    with written_whole(path) as partial:
+        partial.write_text("".join(line + "\n" for line in kept))
     return dropped
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_fast.files import partial_path
 from jaxrl_fast.outputs.run_dir import VIDEO_DIR
 from jaxrl_fast.types import ConfigError
 
@@ -211,7 +212,7 @@ class EpisodeRecorder:
     def __init__(self, pool: Any, path: Path, fps: int = VIDEO_FPS):
         self._pool = pool
         self._path = Path(path)
-        self._partial = self._path.with_name(self._path.stem + ".partial.mp4")
+        self._partial = partial_path(self._path)  # renamed onto the path by `finish`
         self._fps = fps
         self._writer: Mp4Writer | None = None
         self.frames = 0

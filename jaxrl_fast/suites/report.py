@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from jaxrl_fast.files import written_whole
 from jaxrl_fast.outputs.run_dir import METRICS_FILE, SUMMARY_FILE
 from jaxrl_fast.suites.tasks import SUITES, Task
 from jaxrl_fast.types import ConfigError
@@ -141,9 +142,8 @@ def draw_curve(result: dict, path: Path) -> None:
     ax.set_title(f"{result['algo']} on {result['env']}")
     ax.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    figure.savefig(tmp)
-    os.replace(tmp, path)
+    with written_whole(path) as partial:
+        figure.savefig(partial, format="png")
 
 
 def fmt(value: float | None, digits: int | None = None) -> str:

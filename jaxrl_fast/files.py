@@ -1,0 +1,31 @@
+"""Files written whole: every file a run, the program store, calibration or the FFI build writes
+for another reader goes through `written_whole`, so a reader meets the old file or the new one,
+never half of one, and writers of one path at the same time never share a temporary file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+
+def partial_path(path: Path) -> Path:
+    """Where a write of `path` goes before its rename: hidden, beside it (a rename within one
+    directory is atomic), and unique to the write."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+
+
+@contextlib.contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """Yields a temporary path to write `path`'s content to; renamed onto `path` when the block
+    ends, removed if it raises (the error goes on). The name carries no suffix of `path`: a writer
+    that picks a format by suffix (matplotlib) must be told it."""
+    partial = partial_path(Path(path))
+    try:
+        yield partial
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(OSError):  # renamed, or never made
+            partial.unlink(missing_ok=True)
