@@ -74,6 +74,17 @@ def test_evaluation_episodes_played_in_one_program_equal_the_host_loops():
     assert len(set(lengths.tolist())) > 1  # the envs played different episodes
 
 
+def test_a_pools_start_keys_are_the_seeds_keys_then_folded_with_each_reset():
+    from jaxrl_fast.env.jax_envs import start_keys
+
+    seeds = np.array([0, 7, 2**32 - 1], np.uint32)
+    keys = [jax.random.key(int(seed)) for seed in seeds]
+    np.testing.assert_array_equal(start_keys(seeds), np.stack([jax.random.key_data(k) for k in keys]))
+    for round in (1, 2, 1000):  # one program for every round
+        expected = np.stack([jax.random.key_data(jax.random.fold_in(k, round)) for k in keys])
+        np.testing.assert_array_equal(start_keys(seeds, round), expected)
+
+
 def test_skipping_resets_in_steps_that_need_none_changes_no_result():
     from jaxrl_fast.env.jax_envs import env_functions, start_keys
 

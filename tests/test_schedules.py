@@ -230,3 +230,25 @@ def test_programs_compiled_beside_are_waited_for_on_success():
     with compiling_beside() as pool:
         pending = pool.submit(time.sleep, 0.2)
     assert pending.done()
+
+
+@pytest.mark.parametrize("algo, env_id, early", [("ppo", "CartPole-v1", True), ("sac", "Pendulum-v1", False)])
+def test_the_evaluator_compiles_beside_the_on_policy_loop_and_once(tmp_path, monkeypatch, algo, env_id, early):
+    """On-policy `sync` hands the first policy to the evaluators before it waits for its loop's
+    compile (a JAX-native env's loop outran the evaluator's compile, whose due evaluations were
+    skipped); off-policy schedules after `start`. Either way once."""
+    from jaxrl_fast.run import loop
+
+    calls = []
+
+    def spy(run):  # inside `start` (the training call's thread), or after it (the run's)
+        calls.append(threading.current_thread().name.startswith("train-call"))
+        prepare(run)
+
+    prepare = loop.prepare_evaluations
+    monkeypatch.setattr(loop, "prepare_evaluations", spy)
+    extra = {algo: dict(learning_starts=200)} if algo in OFF_POLICY else {}
+    summary = train(make_config(env_id, algo, total_steps=1024, log_interval=512, eval_interval=512, run_dir=tmp_path,
+                                progress="off", **extra))
+    assert calls == [early]
+    assert summary["eval_failures"] == 0 and np.isfinite(summary["final_eval_return_mean"])

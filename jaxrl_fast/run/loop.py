@@ -87,14 +87,22 @@ def every_target_reached(run: Run) -> bool:
     return all(seed.report.target.reached.is_set() for seed in run.seeds)
 
 
+def prepare_evaluations(run: Run) -> None:
+    """Each evaluator compiles its program for the first policy's shapes on a thread of its own:
+    beside the loop's compile where the schedule says the state exists (`initialized`), else
+    beside the first training call."""
+    payload = run.schedule.eval_payload()
+    for seed in run.seeds:
+        if seed.evaluator is not None:
+            seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape, run.spec.obs_dtype)
+
+
 def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTracer | None, work: Callable) -> None:
     plan, schedule, config = run.plan, run.schedule, run.config
     checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
+    schedule.on_initialized = functools.partial(prepare_evaluations, run)
     progress.compile_s = work(lambda: schedule.start(run.restored))
-    payload = schedule.eval_payload()
-    for seed in run.seeds:  # beside the first training call
-        if seed.evaluator is not None:
-            seed.evaluator.prepare(run.agent(payload, seed.index), run.spec.obs_shape, run.spec.obs_dtype)
+    schedule.initialized()  # where `start` did not
     progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
     while progress.done < plan.total_iterations:

@@ -55,9 +55,13 @@ class Snapshot(NamedTuple):
 
 
 class Schedule(Protocol):
+    on_initialized: Callable[[], None] | None  # called by `start` once the state exists (`initialized`)
+
     def start(self, restored: Any | None) -> float:
         """Initialise (or put back `restored`, a `checkpoint.Restored`), warm up and compile;
         returns the seconds it took. Runs `plan.warm_iterations` learning iterations."""
+
+    def initialized(self) -> None: ...
 
     def run(self, n: int) -> CallResult: ...
 
@@ -79,6 +83,20 @@ class ScheduleBase:
     summary, nothing to stop. Subclasses set `self.ctx` and override what differs."""
 
     ctx: Context
+    on_initialized: Callable[[], None] | None = None  # set by the run before `start`
+
+    def initialized(self) -> None:
+        """A schedule's `start` may call it once the state exists, before it waits for the loop's
+        compile: what needs only the first policy (the evaluator compiling its program) then runs
+        beside that compile. Once; the run calls it after `start` where `start` did not.
+
+        The on-policy `sync` loop calls it: on a JAX-native env it trains faster than the evaluator
+        compiles its whole-episode program, so evaluations fell due and were skipped meanwhile.
+        The off-policy loops do not: their first evaluation falls due later, and the compile beside
+        theirs lengthened the time to a threshold (docs/profiling.md)."""
+        hook, self.on_initialized = self.on_initialized, None
+        if hook is not None:
+            hook()
 
     def describe(self) -> dict[str, Any]:
         return self.ctx.placement.describe()

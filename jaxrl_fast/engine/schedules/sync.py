@@ -249,6 +249,7 @@ class OnPolicySync(ScheduleBase):
                 self.state = store.compile("sync-init", jit_once(self.loop.init), args)(*args)
                 if restored is not None:
                     self.state = with_checkpointed(self.state, restored.into(self.snapshot().state))
+                self.initialized()  # the evaluators compile beside the loop (`initialized`)
                 if self.split:
                     self._collect, self._learn = programs.result()
                 else:
