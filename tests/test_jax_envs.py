@@ -79,10 +79,14 @@ def test_a_pools_start_keys_are_the_seeds_keys_then_folded_with_each_reset():
 
     seeds = np.array([0, 7, 2**32 - 1], np.uint32)
     keys = [jax.random.key(int(seed)) for seed in seeds]
-    np.testing.assert_array_equal(start_keys(seeds), np.stack([jax.random.key_data(k) for k in keys]))
-    for round in (1, 2, 1000):  # one program for every round
+    in_program = jax.jit(start_keys)  # the round traced, as the evaluation's program takes it
+    first = np.stack([jax.random.key_data(k) for k in keys])
+    np.testing.assert_array_equal(start_keys(seeds), first)
+    np.testing.assert_array_equal(in_program(seeds, np.uint32(0)), first)
+    for round in (1, 2, 1000):
         expected = np.stack([jax.random.key_data(jax.random.fold_in(k, round)) for k in keys])
         np.testing.assert_array_equal(start_keys(seeds, round), expected)
+        np.testing.assert_array_equal(in_program(seeds, np.uint32(round)), expected)
 
 
 def test_skipping_resets_in_steps_that_need_none_changes_no_result():

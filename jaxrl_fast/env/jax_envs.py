@@ -248,31 +248,30 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     return np.asarray(seeds_of_envs(seed, num_envs), np.uint32)
 
 
-def start_keys(seeds: np.ndarray, round: int = 0) -> jax.Array:
+def start_keys(seeds: Any, round: Any = 0) -> jax.Array:
     """The envs' key data at their `round`-th reset: `jax.random.key(seed)` first, then that key
-    folded with the round, so that a pool reset again starts new episodes, as EnvPool's does."""
-    return _start_keys(np.asarray(seeds, np.uint32), np.uint32(round))
-
-
-@jax.jit
-def _start_keys(seeds: jax.Array, round: jax.Array) -> jax.Array:
-    # One program for every round: eager `fold_in` compiled anew at a pool's second reset, in the
-    # middle of a run's second evaluation (0.17 s on a 2-core CPU).
-    keys = jax.vmap(jax.random.key)(seeds)
+    folded with the round, so that a pool reset again starts new episodes, as EnvPool's does.
+    A Python `round` from the host; a traced one inside a program (`episodes_program`)."""
+    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    if isinstance(round, int):
+        return jax.random.key_data(jax.vmap(jax.random.fold_in, (0, None))(keys, round) if round else keys)
     folded = jax.vmap(jax.random.fold_in, (0, None))(keys, round)
     return jnp.where(round == 0, jax.random.key_data(keys), jax.random.key_data(folded))
 
 
 @functools.lru_cache(maxsize=None)
 def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: Callable) -> Callable:
-    """`(payload, start keys [N], seed uint32) -> (returns, lengths)`: one episode per env from its
-    reset, acted by `policy(payload, obs, step seed)`, in one jitted program, each step's uint32 seed
-    drawn from `seed` (a sampling policy's; a deterministic one ignores it); one program per env,
-    options and policy, so the evaluators of `--num-seeds` agents share it."""
+    """`(payload, env seeds [N], round, seed uint32) -> (returns, lengths)`: one episode per env from
+    its `round`-th reset (`start_keys`, in the program: computed from the host, its `fold_in` would
+    compile on its own in a run's second evaluation), acted by `policy(payload, obs, step seed)`,
+    in one jitted program, each step's uint32 seed drawn from `seed` (a sampling policy's; a
+    deterministic one ignores it); one program per env, options and policy, so the evaluators of
+    `--num-seeds` agents share it."""
     reset, step = env_functions(env_id, dict(options))
     max_steps = functional(env_id, options).max_steps
 
-    def episodes(payload: Any, keys: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def episodes(payload: Any, seeds: jax.Array, round: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
+        keys = start_keys(seeds, round)
         obs, batch = reset(keys)
         n = keys.shape[0]
         stream = jax.random.key(seed)
@@ -328,7 +327,7 @@ class JaxEnvPool:
         (returns, lengths) per env. `count=False` plays without counting a reset (the evaluator's
         compile-ahead call)."""
         program = episodes_program(self.env_id, self.options, policy)
-        returns, lengths = jax.device_get(program(payload, start_keys(self.seeds, self.resets), np.uint32(seed)))
+        returns, lengths = jax.device_get(program(payload, self.seeds, np.uint32(self.resets), np.uint32(seed)))
         self.resets += count
         return np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
 
