@@ -1,6 +1,7 @@
-"""Files written whole: every file a run, the program store, calibration or the FFI build writes
-for another reader goes through `written_whole`, so a reader meets the old file or the new one,
-never half of one, and writers of one path at the same time never share a temporary file."""
+"""Files written whole: every file that a run, a suite, the program store, calibration or the FFI
+build writes in one go for another reader goes through `written_whole`, so a reader meets the old
+file or the new one, never half of one, and writers of one path at the same time never share a
+temporary file. (`metrics.jsonl` grows by whole lines instead; checkpoints are orbax's.)"""
 
 from __future__ import annotations
 

@@ -50,8 +50,8 @@ class BestPolicy:
     is logged and counted, never raised: the best file is a convenience, the checkpoints are the
     run's record.
 
-    `resumed_from`: the step of the checkpoint a resumed run restarts from (None: from the start).
-    Its earlier best stands until beaten, unless it comes from a later step: the resumed run redoes
+    `resumed_from`: the step of the checkpoint a resumed run restarts from (None: a new run). Its
+    earlier best stands until beaten, unless it comes from a later step: the resumed run redoes
     those steps (its metrics are cut back to the checkpoint), so that policy, of a trajectory it
     discards, is removed."""
 
@@ -67,12 +67,14 @@ class BestPolicy:
             except Exception as error:  # noqa: BLE001 - an unreadable file is replaced by the next best
                 log.warning("best policy %s could not be read (%s); the next evaluation replaces it", self.path, error)
                 return
-            if resumed_from is not None and int(meta["step"]) <= resumed_from:
+            if resumed_from is None:  # a new run (a start-over clears the directory): the next best replaces it
+                return
+            if int(meta["step"]) <= resumed_from:
                 self.mean, self.step = float(meta["eval_return_mean"]), int(meta["step"])
-            else:  # of steps this run redoes (all of them where no checkpoint was reached): gone, as their metrics are
+            else:  # of steps the resumed run redoes: gone, as their metrics lines are
                 try:
                     self.path.unlink(missing_ok=True)
-                    log.info("best policy of step %s is past the checkpoint the run restarts from: removed", meta["step"])
+                    log.info("best policy of step %s, past the checkpoint resumed from: removed", meta["step"])
                 except OSError as error:
                     log.warning("best policy %s of a redone step could not be removed: %s", self.path, error)
 

@@ -28,6 +28,7 @@ import jax
 
 from jaxrl_fast.config.plan import ProfileWindow
 from jaxrl_fast.engine.phases import CALL_ANNOTATION, HLO_PHASES_FILE, phase_of_op_name
+from jaxrl_fast.files import written_whole
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,8 @@ class CallTracer:
             return
         try:
             phases = hlo_phase_map(live_hlo_modules())
-            (self.directory / HLO_PHASES_FILE).write_text(json.dumps(phases, indent=1, sort_keys=True) + "\n")
+            with written_whole(self.directory / HLO_PHASES_FILE) as partial:
+                partial.write_text(json.dumps(phases, indent=1, sort_keys=True) + "\n")
         except Exception as error:  # the trace is still good; the summary then attributes fewer ops
             self._fail(f"{HLO_PHASES_FILE} could not be written", error)
 

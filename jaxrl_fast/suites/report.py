@@ -194,8 +194,10 @@ def run_suite(tasks: list[Task], num_seeds: int, budget_scale: float, out: Path,
         result = task_result(task, run_dir, time.time() - begin, proc.returncode)
         draw_curve(result, out / f"{task.name}.png")
         results.append(result)
-        (out / "results.json").write_text(json.dumps(dict(header, results=results), indent=2) + "\n")  # after every task
-        (out / "report.md").write_text(report_markdown(results, header))
+        with written_whole(out / "results.json") as partial:  # after every task
+            partial.write_text(json.dumps(dict(header, results=results), indent=2) + "\n")
+        with written_whole(out / "report.md") as partial:
+            partial.write_text(report_markdown(results, header))
         reached = (f"{result.get('reached', 0)}/{num_seeds} seeds reached the threshold" if task.threshold is not None
                    else "no threshold")
         print(f"{task.name}: final IQM {fmt((result.get('final') or {}).get('iqm'))}, {reached}, {result['wall_s']:.0f} s",

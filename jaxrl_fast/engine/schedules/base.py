@@ -3,6 +3,7 @@
 A schedule is built from a `Context` (the run's config, env, algorithm, placement and sizes) and
 then driven by the trainer:
 
+    schedule.on_initialized = hook            # optional: `start` calls it once the state exists
     compile_s = schedule.start(restored)      # init (or restore), warm up, compile
     result = schedule.run(n)                  # n iterations -> CallResult(metrics, episodes)
     state, meta = schedule.snapshot()         # what a checkpoint holds
