@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def fresh(code):
     """Run `code` in a fresh interpreter; its last stdout line, parsed as JSON."""
@@ -56,3 +58,37 @@ def test_the_light_envpool_import_gives_the_pool_envpool_make_gives():
 def test_an_id_outside_the_light_families_is_found_through_every_family():
     found = fresh("import json; from jaxrl_fast.env.ids import env_family; print(json.dumps(env_family('HalfCheetah-v4')))")
     assert found == "mujoco"
+
+
+DEFERRED = """
+import json, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+(root / "slow_lib.py").write_text("LOADED = True\\nVALUE = 42\\n")
+(root / "renderer.py").write_text("import slow_lib as lib\\ndef draw():\\n    return lib.VALUE\\n")
+sys.path.insert(0, str(root))
+from jaxrl_fast.env.jax_envs import imports_deferred
+with imports_deferred(["slow_lib", "json"]):  # json is imported already: left as it is
+    import renderer
+after_block = "slow_lib" in sys.modules
+drawn = renderer.draw()  # the first attribute read imports the module itself
+import slow_lib
+print(json.dumps({"after_block": after_block, "drawn": drawn, "stand_in": type(renderer.lib).__name__,
+                  "later_import": type(slow_lib).__name__, "loaded": slow_lib.LOADED}))
+"""
+
+
+def test_a_deferred_import_loads_the_module_at_its_first_use_and_later_imports_get_the_module(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", DEFERRED, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"after_block": False, "drawn": 42, "stand_in": "DeferredModule", "later_import": "module", "loaded": True}
+
+
+def test_gymnax_comes_in_without_its_rendering_imports_which_still_resolve_when_used():
+    pytest.importorskip("gymnax", reason="the jax-envs extra (tested on the 3.11 lane)")
+    out = fresh("import json, sys; from jaxrl_fast.env.jax_envs import import_library, check_name; "
+                "check_name('gymnax:CartPole-v1'); unloaded = [m for m in ('seaborn', 'pandas', 'scipy.stats', "
+                "'matplotlib.pyplot') if m not in sys.modules]; import gymnax.environments.misc.pong as pong; "
+                "palette = len(pong.sns.color_palette('pastel')); import seaborn; "
+                "print(json.dumps({'unloaded': unloaded, 'palette': palette, 'seaborn': type(seaborn).__name__}))")
+    assert out == {"unloaded": ["seaborn", "pandas", "scipy.stats", "matplotlib.pyplot"], "palette": 10, "seaborn": "module"}

@@ -34,8 +34,11 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import importlib
 import inspect
 import io
+import sys
+import types
 import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -56,6 +59,35 @@ def name_of(env_id: str) -> str:
     return env_id.split(":", 1)[1]
 
 
+# gymnax's package imports all its environments, and some (Pong, Catch, FourRooms, ...) import
+# these at their top for rendering: seaborn brings pandas and scipy.stats, about 0.7 s of a cold
+# start's 0.85 s `import gymnax` (profiling.md "Cold-start options").
+GYMNAX_RENDERING_MODULES = ("seaborn", "matplotlib.pyplot")
+
+
+class DeferredModule(types.ModuleType):
+    """A module's stand-in that imports the module at its first attribute read and reads it there."""
+
+    def __getattr__(self, attribute: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attribute)
+
+
+@contextlib.contextmanager
+def imports_deferred(names: Sequence[str]):
+    """Within the block, `import name` of a module not yet imported binds a `DeferredModule`; after
+    it, `sys.modules` holds no stand-in, so later imports get the module itself."""
+    stand_ins = {name: DeferredModule(name) for name in names if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, stand_in in stand_ins.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+
+
 def import_library(family: str) -> Any:
     extra = {"gymnax": "jax-envs", "brax": "brax"}[family]
     try:
@@ -64,7 +96,8 @@ def import_library(family: str) -> Any:
             with contextlib.redirect_stdout(io.StringIO()):
                 import brax.envs as library
         else:
-            import gymnax as library
+            with imports_deferred(GYMNAX_RENDERING_MODULES):
+                import gymnax as library
     except ImportError as error:
         raise JaxEnvError(f"--env {family}:<id> needs {family}, which the {extra} extra installs: "
                           f"pip install -e \".[{extra}]\" ({error})") from error
