@@ -89,20 +89,26 @@ def test_a_pools_start_keys_are_the_seeds_keys_then_folded_with_each_reset():
         np.testing.assert_array_equal(in_program(seeds, np.uint32(round)), expected)
 
 
-def test_skipping_resets_in_steps_that_need_none_changes_no_result():
+def test_skipping_resets_in_steps_that_need_none_changes_no_result_nor_skipping_all_an_episode():
     from jaxrl_fast.env.jax_envs import env_functions, start_keys
 
     keys = start_keys(np.arange(6, dtype=np.uint32))
     actions = jax.random.randint(jax.random.key(1), (120, 6), 0, 2)  # envs end at different steps
     rollouts = []
-    for skip in (True, False):
-        reset, step = env_functions(CARTPOLE, skip_resets=skip)
+    for resets in ("when_due", "every_step", "never"):
+        reset, step = env_functions(CARTPOLE, resets=resets)
         _, batch = reset(keys)
-        rollouts.append(jax.jit(lambda b, a: jax.lax.scan(step, b, a))(batch, actions))  # noqa: B023
-    (_, skipped), (_, always) = rollouts
-    jax.tree.map(np.testing.assert_array_equal, skipped, always)
+        rollouts.append(jax.jit(lambda b, a: jax.lax.scan(step, b, a))(batch, actions)[1])  # noqa: B023
+    when_due, always, never = rollouts
+    jax.tree.map(np.testing.assert_array_equal, when_due, always)
     resets_per_step = np.asarray(always.terminated | always.truncated)[:-1].sum(axis=1)
     assert (resets_per_step == 0).any() and (resets_per_step > 0).any()  # both branches ran
+    # without resets, each env's steps equal up to its first episode's end (what an evaluation reads)
+    first_end = np.argmax(np.asarray(always.terminated | always.truncated), axis=0)
+    assert (first_end < 119).all()
+    for env, end in enumerate(first_end):
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[:end + 1, env], b[:end + 1, env]),  # noqa: B023
+                     never, always)
 
 
 def test_each_evaluation_starts_new_episodes_and_is_reproducible():

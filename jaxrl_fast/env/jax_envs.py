@@ -235,10 +235,13 @@ class EnvBatch(NamedTuple):
 
 
 def env_functions(env_id: str, options: dict[str, Any] | None = None,
-                  skip_resets: bool = True) -> tuple[Callable, Callable]:
+                  resets: str = "when_due") -> tuple[Callable, Callable]:
     """`reset(keys [N]) -> (obs, EnvBatch)` (the envs' start keys, `start_keys`) and
     `step(EnvBatch, action) -> (EnvBatch, Step)`, both pure and jittable, vmapped over the envs.
-    `skip_resets=False` computes the library's reset at every step (the same results, slower)."""
+    `resets`: "when_due" computes the library's reset in the steps where an env needs one;
+    "every_step" in every step (the same results, slower); "never" in none, for a program that
+    plays one episode per env and reads nothing of an env after its episode ends (the same
+    results until then, and half the env's code to compile)."""
     env = functional(env_id, option_items(options))
 
     def observe(obs: jax.Array) -> jax.Array:
@@ -273,7 +276,7 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None,
         # those skip it. Both branches draw the same keys, so which one runs changes no result.
         return jax.lax.cond(batch.reset_step.any(), with_resets, without_resets, batch, action)
 
-    return jax.vmap(reset_one), step if skip_resets else with_resets
+    return jax.vmap(reset_one), {"when_due": step, "every_step": with_resets, "never": without_resets}[resets]
 
 
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
@@ -300,7 +303,7 @@ def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: 
     in one jitted program, each step's uint32 seed drawn from `seed` (a sampling policy's; a
     deterministic one ignores it); one program per env, options and policy, so the evaluators of
     `--num-seeds` agents share it."""
-    reset, step = env_functions(env_id, dict(options))
+    reset, step = env_functions(env_id, dict(options), resets="never")  # an ended episode is masked
     max_steps = functional(env_id, options).max_steps
 
     def episodes(payload: Any, seeds: jax.Array, round: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
