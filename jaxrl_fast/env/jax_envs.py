@@ -96,7 +96,8 @@ def import_library(family: str) -> Any:
             with contextlib.redirect_stdout(io.StringIO()):
                 import brax.envs as library
         else:
-            with imports_deferred(GYMNAX_RENDERING_MODULES):
+            first = "gymnax" not in sys.modules  # the stand-ins only while gymnax's modules run
+            with imports_deferred(GYMNAX_RENDERING_MODULES) if first else contextlib.nullcontext():
                 import gymnax as library
     except ImportError as error:
         raise JaxEnvError(f"--env {family}:<id> needs {family}, which the {extra} extra installs: "
