@@ -81,7 +81,8 @@ def test_a_deferred_import_loads_the_module_at_its_first_use_and_later_imports_g
     proc = subprocess.run([sys.executable, "-c", DEFERRED, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"after_block": False, "drawn": 42, "stand_in": "DeferredModule", "later_import": "module", "loaded": True}
+    assert out == {"after_block": False, "drawn": 42, "stand_in": "DeferredModule", "later_import": "module",
+                   "loaded": True}
 
 
 def test_gymnax_comes_in_without_its_rendering_imports_which_still_resolve_when_used():
@@ -91,4 +92,5 @@ def test_gymnax_comes_in_without_its_rendering_imports_which_still_resolve_when_
                 "'matplotlib.pyplot') if m not in sys.modules]; import gymnax.environments.misc.pong as pong; "
                 "palette = len(pong.sns.color_palette('pastel')); import seaborn; "
                 "print(json.dumps({'unloaded': unloaded, 'palette': palette, 'seaborn': type(seaborn).__name__}))")
-    assert out == {"unloaded": ["seaborn", "pandas", "scipy.stats", "matplotlib.pyplot"], "palette": 10, "seaborn": "module"}
+    assert out == {"unloaded": ["seaborn", "pandas", "scipy.stats", "matplotlib.pyplot"], "palette": 10,
+                   "seaborn": "module"}

@@ -38,6 +38,7 @@ import importlib
 import inspect
 import io
 import sys
+import threading
 import types
 import warnings
 from typing import Any, Callable, NamedTuple, Sequence
@@ -65,13 +66,22 @@ def name_of(env_id: str) -> str:
 GYMNAX_RENDERING_MODULES = ("seaborn", "matplotlib.pyplot")
 
 
+_STAND_INS = threading.Lock()  # two threads reading one stand-in first: one of them takes it out
+
+
 class DeferredModule(types.ModuleType):
-    """A module's stand-in that imports the module at its first attribute read and reads it there."""
+    """A module's stand-in that imports the module at its first attribute read and reads it there
+    (introspection reads attributes too: `hasattr`, `copy`). It serves `import name (as x)` and
+    `import pkg.name as x`; `from name import x` imports the module at once."""
 
     def __getattr__(self, attribute: str) -> Any:
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
+        with _STAND_INS:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attribute)
+
+    def __repr__(self) -> str:
+        return f"<deferred module {self.__name__!r}>"
 
 
 @contextlib.contextmanager
@@ -83,9 +93,10 @@ def imports_deferred(names: Sequence[str]):
     try:
         yield
     finally:
-        for name, stand_in in stand_ins.items():
-            if sys.modules.get(name) is stand_in:
-                del sys.modules[name]
+        with _STAND_INS:
+            for name, stand_in in stand_ins.items():
+                if sys.modules.get(name) is stand_in:
+                    del sys.modules[name]
 
 
 def import_library(family: str) -> Any:
@@ -277,7 +288,10 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None,
         # those skip it. Both branches draw the same keys, so which one runs changes no result.
         return jax.lax.cond(batch.reset_step.any(), with_resets, without_resets, batch, action)
 
-    return jax.vmap(reset_one), {"when_due": step, "every_step": with_resets, "never": without_resets}[resets]
+    steps = {"when_due": step, "every_step": with_resets, "never": without_resets}
+    if resets not in steps:
+        raise ValueError(f"resets={resets!r}: one of {', '.join(map(repr, steps))}")
+    return jax.vmap(reset_one), steps[resets]
 
 
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
