@@ -253,7 +253,7 @@ def env_functions(env_id: str, options: dict[str, Any] | None = None,
     `resets`: "when_due" computes the library's reset in the steps where an env needs one;
     "every_step" in every step (the same results, slower); "never" in none, for a program that
     plays one episode per env and reads nothing of an env after its episode ends (the same
-    results until then, and half the env's code to compile)."""
+    results until then, and the step alone to compile, with no reset and no branch)."""
     env = functional(env_id, option_items(options))
 
     def observe(obs: jax.Array) -> jax.Array:
