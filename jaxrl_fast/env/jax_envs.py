@@ -311,14 +311,16 @@ def start_keys(seeds: Any, round: Any = 0) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=None)
-def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: Callable) -> Callable:
+def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: Callable,
+                     resets: str = "never") -> Callable:
     """`(payload, env seeds [N], round, seed uint32) -> (returns, lengths)`: one episode per env from
     its `round`-th reset (`start_keys`, in the program: computed from the host, its `fold_in` would
     compile on its own in a run's second evaluation), acted by `policy(payload, obs, step seed)`,
     in one jitted program, each step's uint32 seed drawn from `seed` (a sampling policy's; a
     deterministic one ignores it); one program per env, options and policy, so the evaluators of
-    `--num-seeds` agents share it."""
-    reset, step = env_functions(env_id, dict(options), resets="never")  # an ended episode is masked
+    `--num-seeds` agents share it. `resets` as `env_functions`': "never" (an ended episode is masked;
+    `profiling/eval_program.py` compiles the others to compare)."""
+    reset, step = env_functions(env_id, dict(options), resets=resets)
     max_steps = functional(env_id, options).max_steps
 
     def episodes(payload: Any, seeds: jax.Array, round: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
