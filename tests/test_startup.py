@@ -1,5 +1,6 @@
-"""Start-up: the CLI imports only what a run uses, and EnvPool's light import path gives the
-same envs as `envpool.make` after EnvPool's own import of every family."""
+"""Start-up: the CLI imports only what a run uses, EnvPool's light import path gives the same
+envs as `envpool.make` after EnvPool's own import of every family, and gymnax comes in without
+the modules it imports only to render (`jax_envs.imports_deferred`)."""
 
 import json
 import subprocess
@@ -87,7 +88,7 @@ def test_a_deferred_import_loads_the_module_at_its_first_use_and_later_imports_g
 
 def test_gymnax_comes_in_without_its_rendering_imports_which_still_resolve_when_used():
     pytest.importorskip("gymnax", reason="the jax-envs extra (tested on the 3.11 lane)")
-    out = fresh("import json, sys; from jaxrl_fast.env.jax_envs import import_library, check_name; "
+    out = fresh("import json, sys; from jaxrl_fast.env.jax_envs import check_name; "
                 "check_name('gymnax:CartPole-v1'); unloaded = [m for m in ('seaborn', 'pandas', 'scipy.stats', "
                 "'matplotlib.pyplot') if m not in sys.modules]; import gymnax.environments.misc.pong as pong; "
                 "palette = len(pong.sns.color_palette('pastel')); import seaborn; "
