@@ -89,6 +89,13 @@ def test_a_pools_start_keys_are_the_seeds_keys_then_folded_with_each_reset():
         np.testing.assert_array_equal(in_program(seeds, np.uint32(round)), expected)
 
 
+def test_an_unknown_resets_choice_is_refused_with_the_choices():
+    from jaxrl_fast.env.jax_envs import env_functions
+
+    with pytest.raises(ValueError, match="resets='sometimes': one of 'when_due', 'every_step', 'never'"):
+        env_functions(CARTPOLE, resets="sometimes")
+
+
 def test_skipping_resets_in_steps_that_need_none_changes_no_result_nor_skipping_all_an_episode():
     from jaxrl_fast.env.jax_envs import env_functions, start_keys
 
