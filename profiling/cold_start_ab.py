@@ -1,10 +1,12 @@
-"""Cold time to threshold of two checkouts, interleaved per seed: a change's effect on start-up.
+"""Cold (or warm) time to threshold of two checkouts, interleaved per seed: a change's effect on start-up.
 
     git worktree add /tmp/before REV
     python profiling/cold_start_ab.py --before /tmp/before --tasks sac_pendulum,ppo_cartpole --seeds 0,1,2,3,4
+    python profiling/cold_start_ab.py --before /tmp/before --tasks dqn_cartpole --cache warm
 
 For each task of `experiments/protocol.py` and each seed, one training process per checkout, one
-after the other (`before` first), each with an empty compilation cache of its own, under the
+after the other (`before` first), each with an empty compilation cache of its own (`--cache warm`:
+a cache that one untimed run of the same task, seed 1000, filled first), under the
 interpreter running this script; the checkout is put first on `PYTHONPATH` and the process runs
 from outside the repository. Reads `time_to_target_s` (from the process's creation), `target_step`
 and `compile_s` from each run's `summary.json`, prints them as they come, then each arm's median
@@ -28,15 +30,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "experiments"))
 from protocol import TASKS  # noqa: E402
 
+WARMUP_SEED = 1000  # the run that fills a warm cache: the programs' keys leave the seed out
 
-def timed_run(checkout: Path, args: list[str], seed: int) -> dict:
+
+def timed_run(checkout: Path, args: list[str], seed: int, warm: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as runs:
-        run_dir = Path(runs) / "run"
         env = dict(os.environ, JAXRL_FAST_COMPILE_CACHE_DIR=cache,
                    PYTHONPATH=os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")])))
-        subprocess.run([sys.executable, "-m", "jaxrl_fast.train", *args, "--seed", str(seed), "--run-dir", str(run_dir),
-                        "--progress", "off"], env=env, cwd=runs, check=True, stdout=subprocess.DEVNULL)
-        summary = json.loads((run_dir / "summary.json").read_text())
+        for name, run_seed in [("fill", WARMUP_SEED)] * warm + [("run", seed)]:
+            subprocess.run([sys.executable, "-m", "jaxrl_fast.train", *args, "--seed", str(run_seed), "--run-dir",
+                            str(Path(runs) / name), "--progress", "off"], env=env, cwd=runs, check=True, stdout=subprocess.DEVNULL)
+        summary = json.loads((Path(runs) / "run" / "summary.json").read_text())
     return {"time_to_target_s": summary["time_to_target_s"], "target_step": summary["target_step"],
             "compile_s": summary["compile_s"]}
 
@@ -55,6 +59,7 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=HERE.parent, help="default: this checkout")
     parser.add_argument("--tasks", default="ppo_cartpole,sac_pendulum", help=f"comma-separated, from {', '.join(TASKS)}")
     parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--cache", choices=("cold", "warm"), default="cold")
     parser.add_argument("--out", type=Path, default=Path("cold_start_ab.json"))
     args = parser.parse_args()
     arms = {"before": args.before.resolve(), "after": args.after.resolve()}
@@ -62,7 +67,8 @@ def main() -> None:
     for task in args.tasks.split(","):
         for seed in map(int, args.seeds.split(",")):
             for arm, checkout in arms.items():
-                row = {"task": task, "seed": seed, "arm": arm, **timed_run(checkout, TASKS[task].args, seed)}
+                row = {"task": task, "seed": seed, "arm": arm, "cache": args.cache,
+                       **timed_run(checkout, TASKS[task].args, seed, args.cache == "warm")}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     for task in args.tasks.split(","):

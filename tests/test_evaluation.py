@@ -7,7 +7,6 @@ import pytest
 
 from jaxrl_fast.env.envpool import probe_spec
 from jaxrl_fast.env.spaces import random_actions_np
-from jaxrl_fast.run import evaluation
 from jaxrl_fast.run.evaluation import Evaluator, epsilon_greedy
 from support import make_config, train
 
@@ -100,7 +99,7 @@ def test_training_survives_an_evaluator_that_always_raises(tmp_path, monkeypatch
     def broken(*args, **kwargs):
         raise RuntimeError("evaluation exploded")
 
-    monkeypatch.setattr(evaluation, "run_episodes", broken)
+    monkeypatch.setattr(Evaluator, "_evaluate", broken)  # whether it plays from the host or in one program
     config = make_config("CartPole-v1", "ppo", total_steps=8192, eval_interval=1024, log_interval=2048, run_dir=tmp_path / "run", progress="off")
     summary = train(config)
     assert summary["steps"] == 8192 and summary["final_eval_return_mean"] is None
@@ -157,6 +156,48 @@ def test_an_epsilon_greedy_evaluation_draws_from_its_own_stream_of_seed_and_step
     alone.close()
     np.testing.assert_array_equal(result.lengths, lengths)
     assert (lengths > 12).any()  # half the actions random: longer than always pushing left (~9)
+
+
+def test_an_envpool_evaluation_plays_in_one_program_the_episodes_the_host_loop_plays():
+    """Through the forwarder, an EnvPool evaluation is one program (`EpisodesPool`); compiling it
+    ahead plays nothing, and each evaluation plays what `run_episodes` plays from the host."""
+    import jax.numpy as jnp
+
+    from jaxrl_fast.env.envpool import EpisodesPool, make_pool
+    from jaxrl_fast.run.evaluation import run_episodes
+
+    weights = np.array([0.0, 0.0, 1.0, 1.0], np.float32)
+
+    def lean(payload, obs, seed):  # push towards where the pole falls: long episodes of several lengths
+        return (obs @ payload > 0).astype(jnp.int32)
+
+    def on_the_host(payload, obs, seed):
+        raise AssertionError("an EnvPool evaluation through the forwarder plays in one program")
+
+    evaluator = Evaluator("CartPole-v1", 6, 7, on_the_host, lambda r, _: None, 500, traceable_policy=lean)
+    try:
+        assert isinstance(evaluator._pool, EpisodesPool)
+        evaluator.prepare(weights, (4,)).join()
+        played = [evaluator.evaluate(weights, step) for step in (5, 6)]
+    finally:
+        evaluator.close()
+    alone = make_pool("CartPole-v1", num_envs=6, num_threads=1, seed=7)  # the evaluator's pool: the same starts
+    host = [run_episodes(alone, lambda obs: np.asarray(lean(weights, obs, 0)), 500) for _ in played]
+    alone.close()
+    for result, (returns, lengths) in zip(played, host):
+        np.testing.assert_array_equal(result.lengths, lengths)
+        np.testing.assert_allclose(result.returns, returns)
+    assert len(set(played[0].lengths)) > 1 and played[0].lengths.max() > 100
+    assert not np.array_equal(played[0].lengths, played[1].lengths)  # the next evaluation, the next starts
+
+    # the evaluators of --num-seeds act from the host (each pool's program would be one more to compile)
+    evaluator = Evaluator("CartPole-v1", 6, 7, lambda p, obs, seed: np.asarray(lean(p, obs, seed)), lambda r, _: None,
+                          500, traceable_policy=lean, program_per_pool=False)
+    try:
+        assert not isinstance(evaluator._pool, EpisodesPool)
+        np.testing.assert_array_equal(evaluator.evaluate(weights, 5).lengths, host[0][1])
+    finally:
+        evaluator.close()
 
 
 @pytest.mark.parametrize("algo_name, env_id, sde", [

@@ -33,6 +33,7 @@ import numpy as np
 from jax import ffi
 
 from jaxrl_fast.env import ffi_forward
+from jaxrl_fast.env.episodes import play_episodes
 from jaxrl_fast.env.ids import PIXEL_FAMILIES, EnvError, check_env_id, env_family, is_gymnasium_id, is_jax_env_id
 from jaxrl_fast.env.spaces import action_fields, flatten_observations, observation_keys_of
 from jaxrl_fast.env.wire import from_wire, to_wire, wire_struct
@@ -320,3 +321,56 @@ def make_xla_env(
         options=dict(options),
         program_key=None if recv_slot is None or send_slot is None else f"envpool-slots-{recv_slot}-{send_slot}",
     )
+
+
+class EpisodesPool:
+    """An evaluation's EnvPool pool that plays whole episodes in one program (`play`), stepping
+    through the pool's XLA entry points (`make_xla_env`'s step), where `evaluation.run_episodes`
+    makes a policy call and a pool step from the host per step. Everything else (`reset`, `step`,
+    `config`, `close`) is the pool's own."""
+
+    def __init__(self, env: XlaEnv, max_steps: int):
+        self.env, self.max_steps = env, max_steps
+        self._programs: dict[Callable, Any] = {}  # per policy: compiled once, for the payload's shapes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env.pool, name)
+
+    def _program(self, policy: Callable, payload: Any, obs: np.ndarray) -> Any:
+        program = self._programs.get(policy)
+        if program is None:
+            def episodes(payload: Any, handle: jax.Array, obs: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
+                return play_episodes(self.env.step, handle, obs, policy, payload, seed, self.max_steps)
+
+            program = jax.jit(episodes).lower(payload, self.env.handle, obs, np.uint32(0)).compile()
+            self._programs[policy] = program
+        return program
+
+    def prepare_play(self, policy: Callable, payload: Any) -> None:
+        """Compile `play`'s program for payloads like `payload`, playing nothing: the pool's next
+        episodes are the ones they would have been."""
+        spec = self.env.spec
+        self._program(policy, payload, np.zeros((spec.num_envs, *spec.obs_shape), spec.obs_dtype))
+
+    def play(self, policy: Callable[[Any, jax.Array, jax.Array], jax.Array], payload: Any,
+             seed: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+        """One episode in each env from a reset, acted by `policy(payload, obs, step seed) -> actions`
+        in one program (`episodes.play_episodes`, its step seeds drawn from `seed`). Returns
+        (returns, lengths) per env."""
+        obs = self.env.reset()
+        program = self._program(policy, payload, obs)
+        returns, lengths = jax.device_get(program(payload, self.env.handle, obs, np.uint32(seed)))
+        return np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
+
+
+def evaluation_pool(env_id: str, num_envs: int, seed: int, max_steps: int, in_program: bool, **options: Any) -> Any:
+    """The evaluator's pool of `num_envs` envs (`make_pool`'s). With `in_program`, an EnvPool id's
+    pool plays whole episodes in one program (`EpisodesPool`) where the forwarder gives its entry
+    points slots (a program naming the pool's address would compile again in every process); a
+    JAX-native pool always can."""
+    if not in_program or is_jax_env_id(env_id) or is_gymnasium_id(env_id):
+        return make_pool(env_id, num_envs=num_envs, num_threads=1, seed=seed, **options)
+    env = make_xla_env(env_id, num_envs, 1, seed, **options)
+    if env.program_key is None:
+        return env.pool
+    return EpisodesPool(env, max_steps)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -99,6 +99,36 @@ def track_rollout_episodes(
 
 def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
     return EpisodeStats(*(x + y for x, y in zip(a, b)))
+
+
+def play_episodes(step: Callable[[Any, jax.Array], tuple[Any, Step]], state: Any, obs: jax.Array,
+                  policy: Callable[[Any, jax.Array, jax.Array], jax.Array], payload: Any, seed: jax.Array,
+                  max_steps: int) -> tuple[jax.Array, jax.Array]:
+    """One episode in each env, acted by `policy(payload, obs, step seed)` from its first
+    observations `obs` `[N, ...]` and the envs' `state` (a JAX-native batch, or EnvPool's handle),
+    traced as one `while_loop`: an evaluation's whole episodes in one program, where the host loop
+    (`evaluation.run_episodes`) makes a call per step. It ends when every env's episode has, or
+    after `max_steps + 1` steps (the host loop's bound); an env's steps after its end are not
+    counted, whatever the env does then (an auto-reset, or nothing). Each step's uint32 seed is
+    drawn from `seed` (a sampling policy's; a deterministic one ignores it). Returns
+    (returns float32 `[N]`, lengths int32 `[N]`)."""
+    n = obs.shape[0]
+    stream = jax.random.key(seed)
+
+    def body(carry):
+        t, state, obs, returns, lengths, running = carry
+        step_seed = jax.random.bits(jax.random.fold_in(stream, t), (), jnp.uint32)
+        state, out = step(state, policy(payload, obs, step_seed))
+        returns = returns + jnp.where(running, out.reward, 0.0)
+        lengths = lengths + running.astype(jnp.int32)
+        return t + 1, state, out.obs, returns, lengths, running & ~(out.terminated | out.truncated)
+
+    def more(carry):
+        return (carry[0] <= max_steps) & carry[-1].any()
+
+    start = (jnp.int32(0), state, obs, jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
+    _, _, _, returns, lengths, _ = jax.lax.while_loop(more, body, start)
+    return returns, lengths
 
 
 class HostEpisodes:

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_fast.env.episodes import play_episodes
 from jaxrl_fast.env.ids import EnvError, env_family
 from jaxrl_fast.env.spaces import action_fields, seeds_of_envs
 from jaxrl_fast.types import EnvSpec, Step
@@ -324,25 +325,8 @@ def episodes_program(env_id: str, options: tuple[tuple[str, Any], ...], policy: 
     max_steps = functional(env_id, options).max_steps
 
     def episodes(payload: Any, seeds: jax.Array, round: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
-        keys = start_keys(seeds, round)
-        obs, batch = reset(keys)
-        n = keys.shape[0]
-        stream = jax.random.key(seed)
-
-        def body(carry):
-            t, obs, batch, returns, lengths, running = carry
-            step_seed = jax.random.bits(jax.random.fold_in(stream, t), (), jnp.uint32)
-            batch, out = step(batch, policy(payload, obs, step_seed))
-            returns = returns + jnp.where(running, out.reward, 0.0)
-            lengths = lengths + running.astype(jnp.int32)
-            return t + 1, out.obs, batch, returns, lengths, running & ~(out.terminated | out.truncated)
-
-        def more(carry):  # the host loop's bound (`evaluation.run_episodes`): max_steps + 1 steps
-            return (carry[0] <= max_steps) & carry[-1].any()
-
-        start = (jnp.int32(0), obs, batch, jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
-        _, _, _, returns, lengths, _ = jax.lax.while_loop(more, body, start)
-        return returns, lengths
+        obs, batch = reset(start_keys(seeds, round))
+        return play_episodes(step, batch, obs, policy, payload, seed, max_steps)
 
     return jax.jit(episodes)
 
@@ -383,6 +367,11 @@ class JaxEnvPool:
         returns, lengths = jax.device_get(program(payload, self.seeds, np.uint32(self.resets), np.uint32(seed)))
         self.resets += count
         return np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
+
+    def prepare_play(self, policy: Callable[[Any, jax.Array, jax.Array], jax.Array], payload: Any) -> None:
+        """Compile `play`'s program for payloads like `payload` by playing it uncounted: the pool's
+        next evaluation starts from the reset it would have."""
+        self.play(policy, payload, np.uint32(0), count=False)
 
     def close(self) -> None:
         self.batch = None

@@ -247,7 +247,7 @@ def build(resolved: ResolvedRun) -> Run:
             resolved.spec.max_episode_steps,
             VideoPlan(own_dir, config.video_interval, plan.total_steps) if config.video_interval else None,
             evaluation_options(pool_options), config.eval_epsilon, functools.partial(random_actions_np, resolved.spec),
-            traceable_policy,
+            traceable_policy, program_per_pool=agents == 1,
         )
         seeds.append(SeedRun(*seed, report, evaluator))
 

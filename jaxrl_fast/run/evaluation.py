@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxrl_fast.engine.acting import draw_seed
-from jaxrl_fast.env.envpool import make_pool
+from jaxrl_fast.env.envpool import evaluation_pool
 from jaxrl_fast.outputs.video import EpisodeRecorder, render_pool, video_path
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,11 @@ class Evaluator:
         with that probability (`epsilon_greedy`), from a generator seeded by (seed, step); for a
         deterministic policy (the run's checks refuse epsilon beside a sampling one).
       traceable_policy: `policy` before jit. A pool that plays whole episodes in one program (the
-        JAX-native backend's `play`) then runs the evaluation there, without a host call per step
-        (its per-step seeds drawn inside the program from one seed of (seed, step)).
+        JAX-native backend's, and EnvPool's through the forwarder: `play`) then runs the evaluation
+        there, without a host call per step (its per-step seeds drawn inside the program from one
+        seed of (seed, step)); not with epsilon or a video, which act from the host.
+      program_per_pool: whether an EnvPool pool may have a program of its own (it names the pool's
+        slots): False for the evaluators of `--num-seeds`, which would each compile one.
     """
 
     def __init__(
@@ -161,12 +164,15 @@ class Evaluator:
         epsilon: float = 0.0,
         random_actions: Callable[[np.random.Generator, int], np.ndarray] | None = None,
         traceable_policy: Callable[[Any, Any, Any], Any] | None = None,
+        program_per_pool: bool = True,
     ):
         if epsilon > 0 and random_actions is None:
             raise ValueError("an evaluation epsilon needs the env's random actions")
         options = options or {}
+        in_program = traceable_policy is not None and video is None and epsilon == 0
         if video is None:
-            self._pool = make_pool(env_id, num_envs=num_episodes, num_threads=1, seed=seed, **options)
+            self._pool = evaluation_pool(env_id, num_episodes, seed, max_episode_steps, in_program and program_per_pool,
+                                         **options)
         else:
             self._pool = render_pool(env_id, num_envs=num_episodes, seed=seed, **options)
         self._video = video
@@ -175,8 +181,7 @@ class Evaluator:
         self._on_result = on_result
         self._max_steps = max_episode_steps
         self._seed, self._epsilon, self._random_actions = seed, epsilon, random_actions
-        in_program = traceable_policy is not None and hasattr(self._pool, "play") and video is None and epsilon == 0
-        self._traceable_policy = traceable_policy if in_program else None
+        self._traceable_policy = traceable_policy if in_program and hasattr(self._pool, "play") else None
         self._lock = threading.Lock()
         self._pool_lock = threading.Lock()  # the thread and a final `evaluate` share the pool
         self._wake = threading.Condition(self._lock)
@@ -213,7 +218,7 @@ class Evaluator:
             try:
                 if self._traceable_policy is not None:  # the whole episodes' program
                     with self._pool_lock:
-                        self._pool.play(self._traceable_policy, zeros, np.uint32(0), count=False)
+                        self._pool.prepare_play(self._traceable_policy, zeros)
                     return
                 self._policy(zeros, obs, np.uint32(0))
             except Exception as error:  # the first evaluation compiles it then, and reports what fails
