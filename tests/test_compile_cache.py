@@ -101,6 +101,30 @@ GYM_RUN = ("--env", "gym:CartPole-v1")  # Python envs, stepped through `ffi_forw
 
 
 @pytest.mark.slow
+def test_a_loop_that_jax_cache_holds_and_the_store_lost_is_stored_again_then_loaded(tmp_path):
+    """The store's entries gone while JAX's cache keeps the programs (as after an edit of jaxrl_fast
+    or an upgrade, whose new keys miss): the next run takes the loop from JAX's cache, as before; the
+    one after compiles it once more, under a key of JAX's cache of its own, and stores it; the next
+    loads it whole. The same evaluation throughout."""
+    import shutil
+
+    cache = tmp_path / "xla"
+    train(tmp_path / "a", cache)
+    (programs,) = cache.glob("programs-jax-*")
+    shutil.rmtree(programs)
+    served, _ = train(tmp_path / "b", cache)
+    assert "jit(run)" in served["lowered"] and served["compiled"] == [], served
+    assert not list(programs.glob("sync-*.executable"))
+    compiled, _ = train(tmp_path / "c", cache)
+    assert "jit(run)" in compiled["compiled"], compiled
+    assert sorted(p.name.split("-")[1] for p in programs.glob("sync-*.executable")) == ["init", "run"]
+    loaded, _ = train(tmp_path / "d", cache)
+    assert loaded["compiled"] == [] and "jit(run)" not in loaded["lowered"], loaded
+    returns = [json.loads((tmp_path / run / "summary.json").read_text())["final_eval_return_mean"] for run in "abcd"]
+    assert returns[0] is not None and len(set(returns)) == 1
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [(), SAC_RUN, GYM_RUN], ids=["ppo", "sac", "ppo-gymnasium"])
 def test_on_by_default_written_to_the_configured_directory_and_hit_by_a_second_process(tmp_path, extra):
     cache = tmp_path / "xla"

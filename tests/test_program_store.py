@@ -6,6 +6,7 @@ served is never stored. Whole runs through it: tests/test_compile_cache.py."""
 import dataclasses
 import logging
 import os
+import re
 import uuid
 
 import jax
@@ -48,6 +49,11 @@ class NeverLowered:
         raise AssertionError("traced and lowered although the program was stored")
 
 
+def without_metadata(hlo):
+    """A compiled program's text without its source locations (where it was traced from)."""
+    return re.sub(r"metadata=\{[^}]*\}|line=\d+ end_line=\d+", "", hlo)
+
+
 def entries(directory):
     return sorted(directory.glob(f"*{SUFFIX}"))
 
@@ -88,22 +94,44 @@ def test_a_damaged_entry_warns_and_is_compiled_again(tmp_path, caplog):
     assert float(state["x"][0, 0]) == pytest.approx(constant + 1)
 
 
-def test_nothing_is_stored_without_an_identity_nor_what_jax_cache_served(tmp_path):
+def test_nothing_is_stored_without_an_identity_nor_what_jax_caches_returned(tmp_path):
     ProgramStore(tmp_path / "none", None).compile("loop", fresh_program()[0], args())
     assert not (tmp_path / "none").exists()
     uncommitted = ({"x": jnp.ones((2, 3))}, jnp.float32(1.0))  # nothing says where the program runs
     ProgramStore(tmp_path / "unplaced", "identity").compile("loop", fresh_program()[0], uncommitted)
     assert not (tmp_path / "unplaced").exists()
     program, _ = fresh_program()
-    # The same program in other stores: XLA compiled it for "a"; for "b", JAX's in-memory cache
-    # returns it, and for "c" its persistent cache (on in the tests) serves it, an executable that
-    # would be stored without its code.
+    # The same program in another store: XLA compiled it for "a"; for "b", JAX's in-memory cache
+    # returns it, an executable that may be stored without its code.
     ProgramStore(tmp_path / "a", "identity").compile("loop", program, args())
     assert len(entries(tmp_path / "a")) == 1
     ProgramStore(tmp_path / "b", "identity").compile("loop", program, args())
+    assert not entries(tmp_path / "b")
+
+
+def test_what_jax_persistent_cache_serves_twice_is_compiled_again_under_its_own_key_and_stored(tmp_path, monkeypatch):
+    """An entry that is missing while JAX's cache holds its program (an edit of jaxrl_fast, an
+    upgrade, a pruned entry): JAX's cache serves an executable that cannot be stored, and every later
+    run would trace and lower the program again. The first run that meets this notes it; the second
+    compiles the program once more, under a key of JAX's cache of its own (the same instructions),
+    and stores that."""
+    program, constant = fresh_program()
+    first = ProgramStore(tmp_path / "a", "identity").compile("loop", program, args())
+    salts = []
+    compile_once = program_store._compile
+    monkeypatch.setattr(program_store, "_compile", lambda lowered, salt=None: (salts.append(salt), compile_once(lowered, salt))[1])
+    jax.clear_caches()  # JAX's persistent cache (on in the tests) serves what follows
+    ProgramStore(tmp_path / "b", "identity").compile("loop", program, args())
+    assert salts == [None] and not entries(tmp_path / "b")  # served, noted
+    assert len(list((tmp_path / "b").glob("*.served"))) == 1
     jax.clear_caches()
-    ProgramStore(tmp_path / "c", "identity").compile("loop", program, args())
-    assert not entries(tmp_path / "b") and not entries(tmp_path / "c")
+    again = ProgramStore(tmp_path / "b", "identity").compile("loop", program, args())
+    (entry,) = entries(tmp_path / "b")
+    assert salts == [None, None, entry.stem] and not list((tmp_path / "b").glob("*.served"))
+    assert without_metadata(again.as_text()) == without_metadata(first.as_text())
+    loaded = ProgramStore(tmp_path / "b", "identity").compile("loop", NeverLowered(), args())
+    np.testing.assert_array_equal(np.asarray(loaded(*args())[0]["x"]), np.asarray(first(*args())[0]["x"]))
+    assert float(loaded(*args())[0]["x"][0, 0]) == pytest.approx(constant + 1)
 
 
 @dataclasses.dataclass

@@ -5,7 +5,9 @@ JAX's persistent cache (`compile_cache`) skips XLA's compilation, but finds its 
 lowered program, so every run still traces and lowers the loop first: 1.2-2.3 s of a warm start on
 a 2-core CPU, most of what is left of it. Here the fused loop's compiled executable is serialized
 (`jax.experimental.serialize_executable`) the first time a configuration runs, and a later run of
-the same configuration loads it, without tracing, lowering or consulting JAX's cache.
+the same configuration loads it, without tracing, lowering or consulting JAX's cache. A program
+that JAX's cache already holds (after an edit or an upgrade) is stored from the second run that
+meets it (`ProgramStore._served_before`).
 
 A stored program is found by a key over everything that could change it: the resolved run (the
 config but the fields only the host reads, `HOST_ONLY_FIELDS`; the env's spec and `program_key`; the plan;
@@ -58,6 +60,7 @@ HOST_ONLY_FIELDS = ("run_dir", "seed", "progress", "resume", "target_return", "e
 TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
                     "ml_dtypes", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"
+SERVED_SUFFIX = ".served"  # an entry's note that JAX's cache served its program (`ProgramStore._served_before`)
 MAX_STORE_BYTES = 1 << 30
 ABANDONED_PARTIAL_S = 3600.0  # a temporary file this old is no concurrent run's write in progress
 
@@ -122,16 +125,29 @@ def _devices(leaves: list[Any]) -> list[Any] | None:
     return devices if devices and len({d.platform for d in devices}) == 1 else None
 
 
-# Whether XLA compiled this thread's last program (JAX then writes it to its cache). Only such an
-# executable is stored: one that JAX's persistent cache served serializes without its compiled
-# kernels on XLA's CPU backend (a later run fails with "Function ... not found"), and one that
-# JAX's in-memory caches return again may be such an executable.
+# Whether XLA compiled this thread's last program (JAX then writes it to its cache), and whether
+# JAX's persistent cache served it. Only a compiled executable is stored: one that JAX's persistent
+# cache served serializes without its compiled kernels on XLA's CPU backend (a later run fails
+# with "Function ... not found"), and one that JAX's in-memory caches return again may be such an
+# executable.
 _compiled = threading.local()
 
 
 def _on_event(name: str, **kwargs: Any) -> None:
     if name == "/jax/compilation_cache/cache_misses":
         _compiled.fresh = True
+    elif name == "/jax/compilation_cache/cache_hits":
+        _compiled.served = True
+
+
+def _compile(lowered: Any, salt: str | None = None) -> tuple[Any, bool, bool]:
+    """`lowered` compiled, and whether XLA compiled it and whether JAX's persistent cache served
+    it. `salt` compiles it under a key of JAX's cache of its own: the name of a pass to leave out,
+    which names no pass of XLA's (the same program, `tests/test_program_store.py` checks)."""
+    _compiled.fresh = _compiled.served = False
+    options = None if salt is None else {"xla_disable_hlo_passes": f"jaxrl-fast-store-{salt}"}
+    compiled = lowered.compile(compiler_options=options)
+    return compiled, _compiled.fresh, _compiled.served
 
 
 jax.monitoring.register_event_listener(_on_event)
@@ -167,11 +183,32 @@ class ProgramStore:
         compiled = self._load(path, devices)
         if compiled is None:
             lowered = jitted.lower(*args)  # tracing may compile small programs of its own: not this one
-            _compiled.fresh = False
-            compiled = lowered.compile()
-            if _compiled.fresh:
+            compiled, fresh, served = _compile(lowered)
+            if served and self._served_before(path):
+                compiled, fresh, _ = _compile(lowered, salt=path.stem)
+            if fresh:
                 self._save(path, compiled)
         return compiled
+
+    def _served_before(self, path: Path) -> bool:
+        """Whether JAX's cache served this entry's program to an earlier run too, which it then noted.
+
+        JAX's cache serves a program compiled for a run of another key (before an edit of
+        jaxrl_fast or an upgrade, or whose entry was pruned here), and that executable cannot be
+        stored: every later run would trace and lower the program again. The second run that meets
+        this compiles it once more, under a key of JAX's cache that only this entry uses, and stores
+        it; the first only notes it, so that a configuration run once (or a loop of edits and runs)
+        never pays a compile that its cache could spare it."""
+        note = path.with_suffix(SERVED_SUFFIX)
+        if note.exists():
+            note.unlink(missing_ok=True)
+            return True
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            note.write_bytes(b"")
+        except OSError:  # a read-only store: nothing is stored anyway
+            pass
+        return False
 
     def lazy(self, name: str, jitted: Callable) -> LazyProgram:
         """`jitted`, compiled through `compile` at its first call, or ahead from shapes (`LazyProgram.ahead`)."""
@@ -284,7 +321,7 @@ def prune(directory: Path, max_bytes: int, keep: Path | None = None, now: float 
         if _is_partial(item.name):
             if now - stat.st_mtime > ABANDONED_PARTIAL_S:
                 doomed.append(Path(item.path))
-        elif item.name.endswith(SUFFIX):
+        elif item.name.endswith((SUFFIX, SERVED_SUFFIX)):
             entries.append((stat.st_mtime, stat.st_size, Path(item.path)))
     total = sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries, key=lambda entry: entry[0]):
