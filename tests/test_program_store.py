@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import uuid
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.engine import program_store
 from jaxrl_fast.engine.program_store import (
     ABANDONED_PARTIAL_S,
+    SERVED_NOTE_S,
     SUFFIX,
     ProgramStore,
     prune,
@@ -127,11 +129,41 @@ def test_what_jax_persistent_cache_serves_twice_is_compiled_again_under_its_own_
     jax.clear_caches()
     again = ProgramStore(tmp_path / "b", "identity").compile("loop", program, args())
     (entry,) = entries(tmp_path / "b")
-    assert salts == [None, None, entry.stem] and not list((tmp_path / "b").glob("*.served"))
+    assert salts[:2] == [None, None] and salts[2].startswith(entry.stem) and not list((tmp_path / "b").glob("*.served"))
     assert without_metadata(again.as_text()) == without_metadata(first.as_text())
     loaded = ProgramStore(tmp_path / "b", "identity").compile("loop", NeverLowered(), args())
     np.testing.assert_array_equal(np.asarray(loaded(*args())[0]["x"]), np.asarray(first(*args())[0]["x"]))
     assert float(loaded(*args())[0]["x"][0, 0]) == pytest.approx(constant + 1)
+    # lost again, with JAX's cache now holding the salted program too: stored again the same way
+    entry.unlink()
+    for _ in range(2):
+        jax.clear_caches()
+        ProgramStore(tmp_path / "b", "identity").compile("loop", program, args())
+    assert len(entries(tmp_path / "b")) == 1 and salts[3:5] == [None, None] and salts[5] != salts[2]
+
+
+def test_a_store_it_cannot_write_takes_what_jax_cache_serves(tmp_path, monkeypatch):
+    """A note it cannot write, or cannot remove (a store that became read-only), fails nothing: the
+    program JAX's cache served runs."""
+    program, _ = fresh_program()
+    ProgramStore(tmp_path / "a", "identity").compile("loop", program, args())
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(f"read-only: {self}")
+
+    for noted in (False, True):
+        store = tmp_path / f"b{noted}"
+        if noted:  # a run before the store became read-only noted the program
+            jax.clear_caches()
+            ProgramStore(store, "identity").compile("loop", program, args())
+            assert len(list(store.glob("*.served"))) == 1
+        with monkeypatch.context() as m:
+            m.setattr(Path, "write_bytes", refused)
+            m.setattr(Path, "unlink", refused)
+            m.setattr(Path, "mkdir", refused)
+            jax.clear_caches()
+            compiled = ProgramStore(store, "identity").compile("loop", program, args())
+        assert float(compiled(*args())[1]) == 15.0 and (not store.exists() or not entries(store))
 
 
 @dataclasses.dataclass
@@ -189,10 +221,11 @@ def test_pruning_removes_the_least_recently_used_entries_beyond_the_budget(tmp_p
     stale_partial = write(partial_path(tmp_path / f"run{SUFFIX}").name, 50, ABANDONED_PARTIAL_S + 1)
     live_partial = write(partial_path(tmp_path / f"run{SUFFIX}").name, 50, 1)  # another run's write in progress
     other = write("notes.txt", 1000, 10_000)
+    stale_note, fresh_note = write("gone.served", 0, SERVED_NOTE_S + 1), write("back.served", 0, 1_000)
     (tmp_path / f"folder{SUFFIX}").mkdir()  # not an entry, whatever its name
     removed = prune(tmp_path, 250, keep=oldest, now=now)
-    assert set(removed) == {old, recent, stale_partial}  # 400 -> 200 bytes; the entry just written stays
-    assert all(p.exists() for p in (oldest, newest, live_partial, other, tmp_path / f"folder{SUFFIX}"))
+    assert set(removed) == {old, recent, stale_partial, stale_note}  # 400 -> 200 bytes; the entry just written stays
+    assert all(p.exists() for p in (oldest, newest, live_partial, other, fresh_note, tmp_path / f"folder{SUFFIX}"))
     assert prune(tmp_path, 250, now=now) == [] and prune(tmp_path / "missing", 0) == []
 
 

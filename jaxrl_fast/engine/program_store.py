@@ -40,6 +40,7 @@ import pickle
 import platform
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,6 +62,7 @@ TRACED_LIBRARIES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "ja
                     "ml_dtypes", "flax", "optax", "chex", "numpy", "envpool", "gymnax", "brax", "mujoco", "mujoco-mjx")
 SUFFIX = ".executable"
 SERVED_SUFFIX = ".served"  # an entry's note that JAX's cache served its program (`ProgramStore._served_before`)
+SERVED_NOTE_S = 7 * 24 * 3600.0  # a note this old is forgotten: its configuration did not come back
 MAX_STORE_BYTES = 1 << 30
 ABANDONED_PARTIAL_S = 3600.0  # a temporary file this old is no concurrent run's write in progress
 
@@ -185,7 +187,10 @@ class ProgramStore:
             lowered = jitted.lower(*args)  # tracing may compile small programs of its own: not this one
             compiled, fresh, served = _compile(lowered)
             if served and self._served_before(path):
-                compiled, fresh, _ = _compile(lowered, salt=path.stem)
+                try:  # a salt of this compile's own: JAX's cache may hold an earlier one's, as it held this program
+                    compiled, fresh, _ = _compile(lowered, salt=f"{path.stem}-{uuid.uuid4().hex[:8]}")
+                except Exception as error:  # noqa: BLE001 (the executable JAX's cache served runs this run)
+                    log.debug("program %s not compiled again: %s", path.name, error)
             if fresh:
                 self._save(path, compiled)
         return compiled
@@ -196,18 +201,21 @@ class ProgramStore:
         JAX's cache serves a program compiled for a run of another key (before an edit of
         jaxrl_fast or an upgrade, or whose entry was pruned here), and that executable cannot be
         stored: every later run would trace and lower the program again. The second run that meets
-        this compiles it once more, under a key of JAX's cache that only this entry uses, and stores
-        it; the first only notes it, so that a configuration run once (or a loop of edits and runs)
-        never pays a compile that its cache could spare it."""
+        this compiles it once more, under a key of JAX's cache no compile used before (JAX's cache
+        may hold an earlier such compile's too: the entry was lost again), and stores it; the first
+        only notes it, so that a configuration run once (or a loop of edits and runs) never pays a
+        compile that its cache could spare it. A note its run never follows is forgotten after
+        `SERVED_NOTE_S` (`prune`)."""
         note = path.with_suffix(SERVED_SUFFIX)
-        if note.exists():
-            note.unlink(missing_ok=True)
-            return True
         try:
+            if note.exists():
+                note.unlink(missing_ok=True)
+                return True
             path.parent.mkdir(parents=True, exist_ok=True)
             note.write_bytes(b"")
         except OSError:  # a read-only store: nothing is stored anyway
-            pass
+            return False
+        prune(path.parent, MAX_STORE_BYTES, keep=path)  # the notes of runs that never came back
         return False
 
     def lazy(self, name: str, jitted: Callable) -> LazyProgram:
@@ -321,7 +329,10 @@ def prune(directory: Path, max_bytes: int, keep: Path | None = None, now: float 
         if _is_partial(item.name):
             if now - stat.st_mtime > ABANDONED_PARTIAL_S:
                 doomed.append(Path(item.path))
-        elif item.name.endswith((SUFFIX, SERVED_SUFFIX)):
+        elif item.name.endswith(SERVED_SUFFIX):
+            if now - stat.st_mtime > SERVED_NOTE_S:
+                doomed.append(Path(item.path))
+        elif item.name.endswith(SUFFIX):
             entries.append((stat.st_mtime, stat.st_size, Path(item.path)))
     total = sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries, key=lambda entry: entry[0]):
