@@ -186,7 +186,7 @@ def test_an_envpool_evaluation_plays_in_one_program_the_episodes_the_host_loop_p
     alone.close()
     for result, (returns, lengths) in zip(played, host):
         np.testing.assert_array_equal(result.lengths, lengths)
-        np.testing.assert_allclose(result.returns, returns)
+        np.testing.assert_array_equal(result.returns, returns)
     assert len(set(played[0].lengths)) > 1 and played[0].lengths.max() > 100
     assert not np.array_equal(played[0].lengths, played[1].lengths)  # the next evaluation, the next starts
 
@@ -198,6 +198,48 @@ def test_an_envpool_evaluation_plays_in_one_program_the_episodes_the_host_loop_p
         np.testing.assert_array_equal(evaluator.evaluate(weights, 5).lengths, host[0][1])
     finally:
         evaluator.close()
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartpoleBalance-v1"])  # float rewards; dm_control's dict observations
+def test_an_evaluation_in_one_program_and_from_the_host_play_the_same_sampled_episodes(env_id):
+    """A sampling policy draws each step's seed of one stream either way (`episodes.step_seeds`),
+    and returns are float32 sums either way: the evaluators of --num-seeds (from the host) play their
+    single runs' episodes (in one program), continuous actions to the last bits (the policy compiled
+    into the episodes' program rounds as XLA fuses it there)."""
+    import jax.numpy as jnp
+
+    from jaxrl_fast.env.envpool import EpisodesPool
+
+    spec = probe_spec(env_id)
+    weights = np.linspace(-1.0, 1.0, spec.obs_shape[0], dtype=np.float32)
+
+    def sampled(payload, obs, seed):  # the policy's mean plus noise from the step's seed
+        noise = jax.random.normal(jax.random.key(seed), (obs.shape[0], *spec.action_shape))
+        return jnp.clip(jnp.tanh(obs @ payload)[:, None] + 0.5 * noise, -1.0, 1.0)
+
+    results = []
+    for in_program in (True, False):
+        evaluator = Evaluator(env_id, 3, 7, lambda p, obs, seed: np.asarray(sampled(p, obs, seed)), lambda r, _: None,
+                              spec.max_episode_steps, traceable_policy=sampled, program_per_pool=in_program)
+        try:
+            assert isinstance(evaluator._pool, EpisodesPool) == in_program
+            results.append([evaluator.evaluate(weights, step) for step in (5, 6)])
+        finally:
+            evaluator.close()
+    for in_one, from_host in zip(*results):
+        np.testing.assert_array_equal(in_one.lengths, from_host.lengths)
+        np.testing.assert_allclose(in_one.returns, from_host.returns, rtol=1e-5)
+    assert not np.array_equal(results[0][0].returns, results[0][1].returns)  # another step, other draws and starts
+
+
+def test_without_the_forwarder_an_envpool_evaluation_acts_from_the_host(monkeypatch):
+    from jaxrl_fast.env import ffi_forward
+    from jaxrl_fast.env.envpool import EpisodesPool, evaluation_pool
+
+    monkeypatch.setattr(ffi_forward, "forwarder", lambda: None)
+    pool = evaluation_pool("CartPole-v1", 2, 0, 500, in_program=True)
+    assert not isinstance(pool, EpisodesPool) and not hasattr(pool, "play")  # its program would name the pool's address
+    pool.close()
 
 
 @pytest.mark.parametrize("algo_name, env_id, sde", [

@@ -331,19 +331,21 @@ class EpisodesPool:
 
     def __init__(self, env: XlaEnv, max_steps: int):
         self.env, self.max_steps = env, max_steps
-        self._programs: dict[Callable, Any] = {}  # per policy: compiled once, for the payload's shapes
+        self._programs: dict[Any, Any] = {}  # per policy and payload's tree, shapes and dtypes: compiled once
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env.pool, name)
 
     def _program(self, policy: Callable, payload: Any, obs: np.ndarray) -> Any:
-        program = self._programs.get(policy)
+        leaves, tree = jax.tree.flatten(payload)
+        key = (policy, tree, tuple((np.shape(x), getattr(x, "dtype", None) or np.result_type(x)) for x in leaves))
+        program = self._programs.get(key)
         if program is None:
             def episodes(payload: Any, handle: jax.Array, obs: jax.Array, seed: jax.Array) -> tuple[jax.Array, jax.Array]:
                 return play_episodes(self.env.step, handle, obs, policy, payload, seed, self.max_steps)
 
             program = jax.jit(episodes).lower(payload, self.env.handle, obs, np.uint32(0)).compile()
-            self._programs[policy] = program
+            self._programs[key] = program
         return program
 
     def prepare_play(self, policy: Callable, payload: Any) -> None:
@@ -368,9 +370,6 @@ def evaluation_pool(env_id: str, num_envs: int, seed: int, max_steps: int, in_pr
     pool plays whole episodes in one program (`EpisodesPool`) where the forwarder gives its entry
     points slots (a program naming the pool's address would compile again in every process); a
     JAX-native pool always can."""
-    if not in_program or is_jax_env_id(env_id) or is_gymnasium_id(env_id):
+    if not in_program or is_jax_env_id(env_id) or is_gymnasium_id(env_id) or ffi_forward.forwarder() is None:
         return make_pool(env_id, num_envs=num_envs, num_threads=1, seed=seed, **options)
-    env = make_xla_env(env_id, num_envs, 1, seed, **options)
-    if env.program_key is None:
-        return env.pool
-    return EpisodesPool(env, max_steps)
+    return EpisodesPool(make_xla_env(env_id, num_envs, 1, seed, **options), max_steps)

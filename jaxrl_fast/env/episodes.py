@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -101,6 +102,20 @@ def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
     return EpisodeStats(*(x + y for x, y in zip(a, b)))
 
 
+def step_seed(stream: jax.Array, t: jax.Array) -> jax.Array:
+    """The uint32 seed of step `t` of an evaluation whose stream is `stream` (`jax.random.key` of
+    its one seed): what a sampling policy draws from, in one program or from the host (`step_seeds`)."""
+    return jax.random.bits(jax.random.fold_in(stream, t), (), jnp.uint32)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def step_seeds(seed: jax.Array, count: int) -> jax.Array:
+    """`step_seed` of steps 0 .. count - 1 of the stream of `seed`, in one call: the host loop's
+    (`evaluation.run_episodes`), so that it acts as `play_episodes` does."""
+    stream = jax.random.key(seed)
+    return jax.vmap(lambda t: step_seed(stream, t))(jnp.arange(count))
+
+
 def play_episodes(step: Callable[[Any, jax.Array], tuple[Any, Step]], state: Any, obs: jax.Array,
                   policy: Callable[[Any, jax.Array, jax.Array], jax.Array], payload: Any, seed: jax.Array,
                   max_steps: int) -> tuple[jax.Array, jax.Array]:
@@ -117,8 +132,7 @@ def play_episodes(step: Callable[[Any, jax.Array], tuple[Any, Step]], state: Any
 
     def body(carry):
         t, state, obs, returns, lengths, running = carry
-        step_seed = jax.random.bits(jax.random.fold_in(stream, t), (), jnp.uint32)
-        state, out = step(state, policy(payload, obs, step_seed))
+        state, out = step(state, policy(payload, obs, step_seed(stream, t)))
         returns = returns + jnp.where(running, out.reward, 0.0)
         lengths = lengths + running.astype(jnp.int32)
         return t + 1, state, out.obs, returns, lengths, running & ~(out.terminated | out.truncated)

@@ -30,6 +30,7 @@ import numpy as np
 
 from jaxrl_fast.engine.acting import draw_seed
 from jaxrl_fast.env.envpool import evaluation_pool
+from jaxrl_fast.env.episodes import step_seeds
 from jaxrl_fast.outputs.video import EpisodeRecorder, render_pool, video_path
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_step
     """
     obs, _ = pool.reset()
     n = obs.shape[0]
-    returns, lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
+    # float32 sums, added step by step as `play_episodes` adds them: the same returns either way
+    returns, lengths = np.zeros(n, np.float32), np.zeros(n, np.int64)
     running = np.ones(n, bool)
     if on_frame is not None:
         on_frame()
@@ -81,14 +83,14 @@ def run_episodes(pool: Any, policy: Callable[[np.ndarray], np.ndarray], max_step
         action = np.asarray(policy(obs if obs.dtype == np.uint8 else np.asarray(obs, np.float32)))
         obs, reward, terminated, truncated, _ = pool.step(action)
         filming = on_frame is not None and running[0]
-        returns += np.where(running, reward, 0.0)
+        returns += np.where(running, np.asarray(reward, np.float32), np.float32(0.0))
         lengths += running
         running &= ~(terminated | truncated)
         if filming:
             on_frame()
         if not running.any():
             break
-    return returns, lengths
+    return returns.astype(np.float64), lengths
 
 
 def epsilon_greedy(policy: Callable[[np.ndarray], np.ndarray], epsilon: float,
@@ -281,12 +283,14 @@ class Evaluator:
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
 
     def _acting(self, payload: Any, seeds: np.random.Generator, step: int) -> Callable[[np.ndarray], np.ndarray]:
-        """What acts in the evaluation at `step`: the policy, given a seed per step from `seeds`,
+        """What acts in the evaluation at `step`: the policy, given each step's seed of one seed
+        drawn from `seeds` (`episodes.step_seeds`: the seeds an evaluation in one program draws),
         epsilon-greedy when asked, from a stream of its own (also seeded by (seed, step), so neither
         stream moves the other's draws)."""
+        each_step = iter(np.asarray(step_seeds(draw_seed(seeds), self._max_steps + 1)))
 
         def policy(obs: np.ndarray) -> np.ndarray:
-            return self._policy(payload, obs, draw_seed(seeds))
+            return self._policy(payload, obs, next(each_step))
 
         if self._epsilon == 0:
             return policy
