@@ -53,14 +53,28 @@ def revision(checkout: Path) -> str:
     return commit + ("+edits" if edited else "")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def ab_parser(doc: str, seeds: str, out: str) -> argparse.ArgumentParser:
+    """The arguments every A/B script of two checkouts takes: the arms, the tasks, the seeds, the record."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="the checkout to compare against (a git worktree)")
     parser.add_argument("--after", type=Path, default=HERE.parent, help="default: this checkout")
     parser.add_argument("--tasks", default="ppo_cartpole,sac_pendulum", help=f"comma-separated, from {', '.join(TASKS)}")
-    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--seeds", default=seeds)
+    parser.add_argument("--out", type=Path, default=Path(out))
+    return parser
+
+
+def write_ab_record(out: Path, arms: dict[str, Path], rows: list[dict]) -> None:
+    """`rows` with the command, the date, the machine and each arm's commit."""
+    record = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "checkouts": {arm: revision(path) for arm, path in arms.items()}, "rows": rows}
+    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = ab_parser(__doc__, "0,1,2,3,4", "cold_start_ab.json")
     parser.add_argument("--cache", choices=("cold", "warm"), default="cold")
-    parser.add_argument("--out", type=Path, default=Path("cold_start_ab.json"))
     args = parser.parse_args()
     arms = {"before": args.before.resolve(), "after": args.after.resolve()}
     rows = []
@@ -75,10 +89,7 @@ def main() -> None:
         for arm in arms:
             times = [r["time_to_target_s"] for r in rows if r["task"] == task and r["arm"] == arm]
             print(f"{task:14s} {arm:6s} median {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f})")
-    record = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-              "checkouts": {arm: revision(path) for arm, path in arms.items()}, "rows": rows}
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    write_ab_record(args.out, arms, rows)
 
 
 if __name__ == "__main__":

@@ -12,21 +12,18 @@ seed, one after the other, under the interpreter running this script, the checko
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "experiments"))
 sys.path.insert(0, str(HERE))
-from cold_start_ab import WARMUP_SEED, revision  # noqa: E402
+from cold_start_ab import WARMUP_SEED, ab_parser, write_ab_record  # noqa: E402
 
 from protocol import TASKS  # noqa: E402
 
@@ -50,13 +47,8 @@ def runs_after_the_loss(checkout: Path, args: list[str], seed: int, runs: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", type=Path, required=True, help="the checkout to compare against (a git worktree)")
-    parser.add_argument("--after", type=Path, default=HERE.parent, help="default: this checkout")
-    parser.add_argument("--tasks", default="ppo_cartpole,sac_pendulum", help=f"comma-separated, from {', '.join(TASKS)}")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser = ab_parser(__doc__, "0,1,2", "store_refill.json")
     parser.add_argument("--runs", type=int, default=3, help="timed runs after the store's loss")
-    parser.add_argument("--out", type=Path, default=Path("store_refill.json"))
     args = parser.parse_args()
     arms = {"before": args.before.resolve(), "after": args.after.resolve()}
     rows = []
@@ -66,10 +58,7 @@ def main() -> None:
                 row = {"task": task, "seed": seed, "arm": arm, "runs": runs_after_the_loss(checkout, TASKS[task].args, seed, args.runs)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    record = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-              "checkouts": {arm: revision(path) for arm, path in arms.items()}, "rows": rows}
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    write_ab_record(args.out, arms, rows)
 
 
 if __name__ == "__main__":
