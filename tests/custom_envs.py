@@ -46,3 +46,8 @@ class Faulty(PointToTarget):
         if self.calls > self.fail_at:
             raise ValueError(f"the simulator diverged at call {self.calls}{self.note}")
         return super().step(action)
+
+
+def needs_a_package(**options):
+    """A factory whose simulator is not installed, as gym:LunarLander-v3's Box2D may not be."""
+    raise gymnasium.error.DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')

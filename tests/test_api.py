@@ -22,6 +22,10 @@ def test_keywords_build_the_config_the_flags_build():
     keywords = dict(env="Pendulum-v1", algo="sac", total_steps=3000, sac={"batch_size": 64, "hidden_sizes": [32, 32]},
                     env_kwargs={"max_episode_steps": 100}, target_return=-300)
     assert requested_config(None, None, keywords) == parse_args(flags)
+    one_string = dict(keywords, env_kwargs="max_episode_steps=100")  # as one --env-kwargs flag takes it
+    assert requested_config(None, None, one_string) == parse_args(flags)
+    with pytest.raises(jaxrl_fast.ConfigError, match="first argument is a TrainConfig"):
+        requested_config({"env": "CartPole-v1"}, None, {})
     # a config given whole is taken as it is, with keywords over it
     config = parse_args(flags)
     assert requested_config(config, None, {"seed": 3}) == dataclasses.replace(config, seed=3)
@@ -51,6 +55,8 @@ def test_bad_input_raises_the_clis_message_and_writes_nothing(tmp_path, capsys, 
     (dict(sac={"tau": 0.1}), "sac=...: the run's algorithm is ppo"),
     (dict(ppo={"learning_rat": 0.1}), "--ppo.learning-rat: ppo has no such setting. Did you mean: learning_rate?"),
     (dict(ppo=0.1), "ppo=...: give a dict of its settings"),
+    (dict(env=None), "env must be a string (an id, as --env takes), got None"),
+    (dict(algo=3), "algo must be a string"),
 ])
 def test_keywords_the_cli_has_no_flag_for_are_refused_by_name(tmp_path, keywords, message):
     with pytest.raises(jaxrl_fast.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

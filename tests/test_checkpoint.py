@@ -156,3 +156,39 @@ def test_resume_refuses_other_flags(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]  # nothing written
+
+
+def test_resume_of_a_damaged_config_or_checkpoint_is_one_line_and_changes_nothing(ppo_2048, capsys):
+    import hashlib
+    import shutil
+
+    run_dir = ppo_2048.run_dir
+
+    def contents():
+        return {str(p.relative_to(run_dir)): hashlib.md5(p.read_bytes()).hexdigest()
+                for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+    config = (run_dir / "config.json").read_text()
+    (run_dir / "config.json").write_text(config[: len(config) // 2])  # a truncated write
+    assert main(["--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "config.json cannot be read" in err and len(err.splitlines()) == 1
+    (run_dir / "config.json").write_text(config)
+    shutil.rmtree(run_dir / "checkpoints" / "2048" / "state")  # the newest (here the only) step, damaged
+    before = contents()
+    assert main(["--resume", str(run_dir), "--total-steps", "4096"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --resume: the checkpoint at step 2048") and "complete checkpoints: [2048]" in err
+    assert contents() == before  # the log, the config and the other files as they were
+
+
+def test_a_checkpoint_orbax_declines_to_write_stops_the_run(tmp_path):
+    import jax.numpy as jnp
+
+    from jaxrl_fast.outputs.checkpoint import CheckpointSaveError
+
+    checkpointer = Checkpointer(tmp_path, keep=3)
+    checkpointer.save(20, {"w": jnp.zeros(2)}, {"w": jnp.zeros(2)}, {"iterations": 20})
+    with pytest.raises(CheckpointSaveError, match=r"step 10 was not written: .* holds steps \[20\] already"):
+        checkpointer.save(10, {"w": jnp.ones(2)}, {"w": jnp.ones(2)}, {"iterations": 10})  # an older step: declined
+    checkpointer.close()

@@ -139,6 +139,12 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
     (used / "config.json").write_text("{}")
     assert main(["--run-dir", str(used)]) == 2
     assert "already holds a run" in capsys.readouterr().err.replace("\n", " ")  # and points to --resume
+    for left in ("metrics.jsonl", "checkpoints/512", "seed_1/checkpoints/512"):  # no config.json, a run's outputs
+        lost = tmp_path / left.replace("/", "_")
+        (lost / left).parent.mkdir(parents=True)
+        (lost / left).mkdir() if left.endswith("512") else (lost / left).write_text('{"step": 512}\n')
+        assert main(["--run-dir", str(lost)]) == 2
+        assert f"holds another run's outputs ({left})" in capsys.readouterr().err
     a_file = tmp_path / "file"
     a_file.write_text("")
     assert main(["--run-dir", str(a_file / "run")]) == 2
@@ -153,6 +159,24 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
         assert "not writable" in capsys.readouterr().err
     finally:
         locked.chmod(0o700)
+
+
+def test_two_runs_never_share_a_directory(tmp_path, monkeypatch):
+    from jaxrl_fast.outputs.run_dir import RunDirError, create_run_dir
+    from jaxrl_fast.run.resolve import resolve
+    from support import make_config
+
+    monkeypatch.chdir(tmp_path)  # default directories go under ./runs
+    frozen = "runs/CartPole-v1__ppo__0__20261129-120000"  # two runs started in one second share the default name
+    monkeypatch.setattr("jaxrl_fast.run.resolve.default_run_dir", lambda env, algo, seed: type(tmp_path)(frozen))
+    quiet = lambda text: None  # noqa: E731
+    first, second = (resolve(make_config(run_dir=None, ppo={"learning_rate": rate}), log=quiet) for rate in (1e-3, 3e-4))
+    assert (first.run_dir, second.run_dir) == (type(tmp_path)(frozen), type(tmp_path)(frozen + "-2"))
+    given = tmp_path / "given"
+    given.mkdir()  # a directory the user made is theirs to give; one made by another run after the check is not
+    assert create_run_dir(given) == given
+    with pytest.raises(RunDirError, match="was created by another process after this run checked it"):
+        create_run_dir(given, new=True)
 
 
 @pytest.mark.parametrize(
@@ -175,6 +199,18 @@ def test_run_dir_that_holds_a_run_or_is_not_writable_is_refused(tmp_path, capsys
          "--env-batch-size 8 must be between 0 (all envs) and --num-envs 4"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--num-envs", "4", "--env-batch-size", "2"],
          "is for the --schedule async actors"),
+        # whole iterations past --total-steps: the run would train 100,000 and 20,000 steps
+        (["--algo", "dqn", "--schedule", "concurrent", "--dispatch-steps", "50000", "--total-steps", "2000"],
+         "raise --total-steps to 100,000 or more"),
+        (["--algo", "dqn", "--num-envs", "1", "--dqn.utd-ratio", "0.0001", "--total-steps", "2000"],
+         "iterations of 10,000 steps (--num-envs 1 at --dqn.utd-ratio 0.0001)"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--num-actors", "4"], "--num-actors 4: the --schedule async actors'"),
+        (["--algo", "sac", "--env", "Pendulum-v1", "--ppo.learning-rate", "1e-3"],
+         "--ppo.learning-rate: the run's algorithm is sac (give --algo ppo for its settings)"),
+        # and for the others: PPO has one learner, and the flags read before the full parse
+        (["--algo", "ppo", "--placement", "split"], "ppo has one learner"),
+        (["--algo", "sac", "--total-steps", "2k"], "argument --total-steps: invalid int value: '2k'"),
+        (["--algo", "sac", "--video-interval", "x"], "argument --video-interval: invalid int value: 'x'"),
     ],
 )
 def test_off_policy_bad_input_is_refused(tmp_path, capsys, args, message):

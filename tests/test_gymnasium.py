@@ -139,6 +139,8 @@ def test_an_error_in_a_python_step_reaches_the_caller_with_its_message(note):
 @pytest.mark.parametrize("args, message", [
     (["--env", "gym:CartPol-v1"], "not an id of Gymnasium's registry. Did you mean: gym:CartPole-v1"),
     (["--env", "no_such_module:Env"], "cannot import 'no_such_module'"),
+    (["--env", ":Env"], "cannot import ''"),  # no module name at all (once a ValueError traceback)
+    (["--env", "custom_envs:needs_a_package"], "needs a package this environment lacks: Box2D is not installed, run"),
     (["--env", "custom_envs:PointToTargt"], "custom_envs has no 'PointToTargt'. Did you mean: custom_envs:PointToTarget"),
     (["--env", CUSTOM, "--algo", "sac", "--video-interval", "1"], "a Gymnasium env's run has no video"),
     (["--env", CUSTOM, "--algo", "sac", "--calibrate"], "give --num-envs yourself"),

@@ -164,6 +164,20 @@ def test_a_run_stopped_between_agents_saves_resumes_from_the_step_every_agent_sa
     assert agents_out_of_step(tmp_path) == ["seed_0"]
 
 
+def test_an_agent_whose_rotation_dropped_every_shared_step_is_out_of_step_not_a_fresh_start(tmp_path):
+    # agent 0 trained on alone until --keep-checkpoints rotated out every step agent 1 holds: the
+    # agents share no step, which once read as "no checkpoint yet" and started every agent over
+    save_steps(seed_run_dir(tmp_path, 0), [30, 40])
+    save_steps(seed_run_dir(tmp_path, 1), [10, 20])
+    assert latest_step(tmp_path) is None and agents_out_of_step(tmp_path) == ["seed_0"]
+    seed_run_dir(tmp_path, 2).mkdir()  # an agent with no checkpoint at all: the others' are kept too
+    assert agents_out_of_step(tmp_path) == ["seed_0", "seed_1"]
+    first_save_cut = tmp_path / "cut"
+    save_steps(seed_run_dir(first_save_cut, 0), [10])  # stopped in the middle of the run's first save
+    seed_run_dir(first_save_cut, 1).mkdir()
+    assert agents_out_of_step(first_save_cut) == []  # starts over, as a run with no checkpoint does
+
+
 def off_policy_loop(num_agents, seed, **sac):
     config = make_config("Pendulum-v1", "sac", seed=seed, num_seeds=num_agents, total_steps=4_000, schedule="sync")
     config = dataclasses.replace(config, sac=dataclasses.replace(config.sac, **sac))
@@ -238,3 +252,20 @@ def test_num_seeds_refuses_what_it_cannot_train(tmp_path, capsys, args, message)
     assert main([*args, "--run-dir", str(tmp_path / "run")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_seeds_past_the_open_files_limit_are_refused_before_anything_is_built(tmp_path, capsys, monkeypatch):
+    import resource
+
+    limits, raised = [1024, 1024], []  # the common default, as soft and hard limits: stand-ins, nothing changes
+    monkeypatch.setattr(resource, "getrlimit", lambda which: tuple(limits))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, value: raised.append(value))
+    assert main(["--num-seeds", "400", "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--num-seeds 400 keeps about 1,856 files open" in err and "train at most 192 seeds" in err
+    assert not (tmp_path / "run").exists() and raised == []
+    from jaxrl_fast.run.resolve import check_open_files
+
+    limits[0] = 256  # a soft limit under what the run needs, a hard one over it: raised, not refused
+    check_open_files(100)
+    assert raised == [(656, 1024)]

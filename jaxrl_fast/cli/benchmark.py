@@ -1,6 +1,7 @@
 """`python -m jaxrl_fast.benchmark`: train every (env, algo) task of a suite over N seeds with its
 preset, one `--num-seeds` process per task, and report the returns beside published ones.
 
+    python -m jaxrl_fast.benchmark --suite classic              # 4 seeds, into runs/bench-classic-<time>
     python -m jaxrl_fast.benchmark --suite classic --num-seeds 4 --out runs/bench-classic
     python -m jaxrl_fast.benchmark --suite classic --algos ppo --envs CartPole-v1 --budget-scale 0.1 --out /tmp/b
 
@@ -29,8 +30,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--envs", type=lambda s: s.split(","), help="comma-separated; default every env of the suite")
     parser.add_argument("--num-seeds", type=int, default=4)
     parser.add_argument("--budget-scale", type=float, default=1.0, help="fraction of the published budgets (CI, laptops)")
-    parser.add_argument("--out", type=Path, required=True)
-    return parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, help="a new directory; default runs/bench-<suite>-<time>")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path("runs") / f"bench-{args.suite}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,6 +40,17 @@ DESCRIPTION = ("Train an agent on an EnvPool environment. Defaults come from the
 RESUME_FLAGS = ("--total-steps", "--progress", "--no-compile-cache")  # what may change when a run is resumed
 
 
+class PreParser(argparse.ArgumentParser):
+    """The few flags read before the full parse (`--resume`, `--env`, `--algo`, ...): a bad value is
+    a one-line error, not argparse's usage line, which would list these flags as if they were all."""
+
+    def __init__(self) -> None:
+        super().__init__(prog=PROG, add_help=False, allow_abbrev=False)  # tyro takes whole flags only
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
 def main(argv: Sequence[str] | None = None, early_stop: StopRequest | None = None) -> int:
     """The CLI; its exit status: 0 done, 1 a run stopped by an error (a NaN, a failed checkpoint
     write, a lost process of a distributed run), 2 bad input, 130 stopped by SIGINT or SIGTERM.
@@ -58,7 +69,7 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
     from jaxrl_fast.run.resolve import resumed_config
 
     argv = list(argv)
-    resume = argparse.ArgumentParser(add_help=False)
+    resume = PreParser()
     resume.add_argument("--resume", type=Path)
     resume.add_argument("--total-steps", type=int)
     resume.add_argument("--progress", choices=("auto", "bar", "plain", "off"))
@@ -69,12 +80,17 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
             raise ConfigError(f"--resume continues with the run's saved config; only {', '.join(RESUME_FLAGS)} may be "
                               f"given with it, got {' '.join(rest)}")
         return resumed_config(known.resume, known.total_steps, known.progress, not known.no_compile_cache)
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = PreParser()
     pre.add_argument("--env", default=TrainConfig.env)
     pre.add_argument("--algo", default=TrainConfig.algo)
     known, _ = pre.parse_known_args(argv)
     if known.algo not in ALGOS:
         raise ConfigError(f"--algo: unknown algorithm {known.algo!r}; choose from {', '.join(ALGOS)}")
+    others = sorted({flag.split("=")[0] for flag in argv for name in ALGOS
+                     if name != known.algo and flag.startswith(f"--{name}.")})
+    if others:  # tyro knows the chosen group only, and would call them unrecognized
+        raise ConfigError(f"{', '.join(others)}: the run's algorithm is {known.algo} (give --algo "
+                          f"{others[0][2:].split('.')[0]} for its settings)")
     defaults = resolve_defaults(known.env, known.algo, check_env_id(known.env), env_suite(known.env))
     target = cli_config(known.algo)  # the run's flags and --algo's group only
     parsed = tyro.cli(target, default=target(**{f.name: getattr(defaults, f.name) for f in dataclasses.fields(target)}),
@@ -85,7 +101,7 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
 
 def films(argv: Sequence[str]) -> bool:
     """Whether the run will film evaluations (`--video-interval N`, or a resumed run that does)."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = PreParser()
     pre.add_argument("--video-interval", type=int, default=0)
     pre.add_argument("--resume", type=Path)
     known, _ = pre.parse_known_args(argv)
@@ -140,6 +156,9 @@ def run_joined(inputs, stop: StopRequest, joined: cluster.Cluster) -> int:
         return 130
     try:
         summary = run_training(resolved, stop)
+    except ConfigError as error:  # found while building (a checkpoint --resume cannot read): nothing written
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except (NonFiniteError, CheckpointSaveError) as error:
         step = latest_step(resolved.run_dir)
         kept = (f"the last good checkpoint (step {step:,d}) is kept" if step is not None else

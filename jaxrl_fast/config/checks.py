@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 from jaxrl_fast.algos import ALGORITHMS
+from jaxrl_fast.config.plan import dispatch_steps, iteration_steps
 from jaxrl_fast.config.run import (
     ALGO_CONFIGS,
     EVAL_SEED_OFFSET,
@@ -31,8 +32,28 @@ def validate(config: TrainConfig) -> None:
 def config_errors(config: TrainConfig) -> list[str]:
     """Every reason `config` cannot run, each naming its flag (empty when it can): the run's fields,
     then its algorithm's own checks."""
-    return (non_finite_errors(config) + size_errors(config) + combination_errors(config)
-            + ALGORITHMS[config.algo].validate(algo_config(config), config) + schedule_errors(config))
+    errors = (non_finite_errors(config) + size_errors(config) + combination_errors(config)
+              + ALGORITHMS[config.algo].validate(algo_config(config), config) + schedule_errors(config))
+    return errors or length_errors(config)  # its arithmetic needs the sizes above to be sound
+
+
+def length_errors(config: TrainConfig) -> list[str]:
+    """An off-policy run learns in whole iterations after a warm-up of whole iterations: where the
+    warm-up and one iteration pass --total-steps, the run would train past it (on-policy runs
+    refuse a --total-steps below one batch in their own checks)."""
+    if config.algo not in OFF_POLICY or config.schedule == "auto":  # checked again once auto has chosen
+        return []
+    steps, warmup = iteration_steps(config)
+    if warmup + steps <= config.total_steps:
+        return []
+    hyper = algo_config(config)
+    dispatch = dispatch_steps(config)
+    made_of = (f"--dispatch-steps {dispatch} of the {config.schedule} schedule" if dispatch > 1 and steps >= dispatch
+               else f"--num-envs {config.num_envs} at --{config.algo}.utd-ratio {hyper.utd_ratio:g}")
+    return [f"--total-steps {config.total_steps:,d} ends before the run's first learning iteration does: "
+            f"{warmup:,d} warm-up steps (--{config.algo}.learning-starts {hyper.learning_starts:,d} in whole "
+            f"iterations), then iterations of {steps:,d} steps ({made_of}); raise --total-steps to "
+            f"{warmup + steps:,d} or more, or make the iterations shorter"]
 
 
 def non_finite_errors(config: TrainConfig) -> list[str]:
@@ -98,7 +119,16 @@ def combination_errors(config: TrainConfig) -> list[str]:
         (config.eval_policy == "deterministic" or config.eval_epsilon == 0,
          f"--eval-policy sampled and --eval-epsilon {config.eval_epsilon:g} (the Atari presets set 0.05) are two ways "
          "to evaluate a noisy policy; give one (add --eval-epsilon 0 to sample)"),
+        (config.placement != "split" or config.algo in OFF_POLICY,
+         f"--placement split puts an off-policy learner's actor and critic roles on two devices ({', '.join(OFF_POLICY)}); "
+         f"{config.algo} has one learner (--schedule concurrent updates it on a second device while the first acts)"),
     ]
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+    async_only = [f"--{name.replace('_', '-')} {getattr(config, name)}" for name in ("num_actors", "policy_lag", "max_policy_lag")
+                  if getattr(config, name) != defaults[name]]
+    checks.append((not async_only or config.schedule == "async",
+                   f"{', '.join(async_only)}: the --schedule async actors' settings; the {config.schedule} schedule "
+                   "has no actors to set"))
     if config.num_seeds > 1:
         checks += [
             (config.schedule == "sync", f"--num-seeds trains its agents in the sync schedule's one program; "

@@ -27,7 +27,7 @@ class RunConfig:
     algo: AlgoName = "ppo"
     """Algorithm."""
     env: str = "CartPole-v1"
-    """EnvPool task id (envpool.list_all_envs() lists them)."""
+    """An EnvPool id, gymnax:<id>, brax:<id>, gym:<id> or module.path:Class (docs/own-env.md)."""
     seed: int = 0
     """Seeds the training envs, the parameters and the sampling (evaluation envs get seed + 10,000)."""
     total_steps: int = 100_000

@@ -69,7 +69,7 @@ def constructor(env_id: str) -> tuple[Callable[..., Any], int]:
         return functools.partial(gymnasium.make, name), int(spec.max_episode_steps or DEFAULT_MAX_STEPS)
     try:
         module = importlib.import_module(prefix)
-    except ImportError as error:
+    except (ImportError, ValueError, TypeError) as error:  # ValueError: an empty or relative module name
         raise GymEnvError(f"--env: cannot import {prefix!r} for {env_id!r} ({error}); the forms are an EnvPool id, "
                           f"gym:<Gymnasium id> or module.path:ClassOrFactory") from error
     if not hasattr(module, name):
@@ -102,8 +102,13 @@ class GymPool:
             # overwrites; `flat` copies it (`astype` copies by default, `concatenate` always), so keep it so
             self.vector = SyncVectorEnv([functools.partial(make, **options) for _ in range(num_envs)],
                                         autoreset_mode=AutoresetMode.NEXT_STEP, copy=False)
-        except TypeError as error:  # an option the constructor does not take
+        except TypeError as error:  # an option the constructor does not take, or a callable that makes no env
+            if not options:
+                raise GymEnvError(f"--env: {env_id} could not be made with no options: {error}") from error
             raise GymEnvError(f"--env-kwargs: {env_id} refused its options: {error}") from error
+        except (ImportError, gymnasium.error.DependencyNotInstalled) as error:  # gym:LunarLander-v3 without Box2D
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise GymEnvError(f"--env: {env_id} needs a package this environment lacks: {reason}") from error
         single = self.vector.single_observation_space
         self.keys = observation_keys_of(single)
         spaces = [single.spaces[k] for k in self.keys] if self.keys else [single]

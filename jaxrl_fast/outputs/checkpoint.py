@@ -294,7 +294,7 @@ class Checkpointer:
         quiet = _DropErrors()
         logging.getLogger("absl").addFilter(quiet)
         try:
-            self._manager.save(int(step), args=ocp.args.Composite(**items))
+            written = self._manager.save(int(step), args=ocp.args.Composite(**items))
             # Wait for the background write: a failure is reported at this step, not at the next save
             # (the host copy above is what the training calls overlapped with; writing it takes little more).
             self._manager.wait_until_finished()
@@ -305,6 +305,9 @@ class Checkpointer:
                                       f"{write_failure(failure)}") from failure
         finally:
             logging.getLogger("absl").removeFilter(quiet)
+        if not written:  # orbax declines a step it holds already, or one older than it holds: another run's
+            raise CheckpointSaveError(f"the checkpoint at step {step:,d} was not written: {self.directory} holds "
+                                      f"steps {list(self._manager.all_steps())} already (another run's?)")
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -384,13 +387,15 @@ def latest_step(run_dir: Path) -> int | None:
 
 
 def agents_out_of_step(run_dir: Path) -> list[str]:
-    """The agents of a --num-seeds run with more than one checkpoint past the newest step all of them
-    saved: trained on by themselves (`--resume RUN_DIR/seed_<k>`), which resuming the whole run would
-    undo. One checkpoint past it is a save the run stopped in the middle of."""
-    common = latest_step(run_dir)
-    if common is None:
+    """The agents of a --num-seeds run with more than one checkpoint past the newest step the least
+    trained agent saved: trained on by themselves (`--resume RUN_DIR/seed_<k>`), which resuming the
+    whole run would undo (or, once their rotation dropped every step the others kept, start over).
+    One checkpoint past it is a save the run stopped in the middle of."""
+    saved = [(path.name, saved_steps(path)) for path in seed_run_dirs(run_dir)]
+    if not saved:
         return []
-    return [path.name for path in seed_run_dirs(run_dir) if len([s for s in saved_steps(path) if s > common]) > 1]
+    floor = min((steps[-1] if steps else -1) for _, steps in saved)
+    return [name for name, steps in saved if len([s for s in steps if s > floor]) > 1]
 
 
 def write_policy_info(run_dir: Path, info: dict[str, Any]) -> None:

@@ -54,6 +54,11 @@ def check_run_dir(path: Path) -> None:
                              f"start it over from its saved config with --resume {path} (it has no checkpoint yet)"))
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--run-dir: {path} exists and is not a directory")
+    left = earlier_outputs(path)
+    if left:
+        raise RunDirError(f"--run-dir: {path} holds another run's outputs ({', '.join(left)}) but no {CONFIG_FILE}: "
+                          "a new run there would mix its log and checkpoints with them; choose another directory, or "
+                          "remove them")
     existing = path
     while not existing.exists():  # the nearest ancestor that exists decides writability
         existing = existing.parent
@@ -63,15 +68,39 @@ def check_run_dir(path: Path) -> None:
         raise RunDirError(f"--run-dir: {path} is not writable (no write permission on {existing})")
 
 
-def create_run_dir(path: Path) -> Path:
-    """Create a new run's directory, so that one the system refuses (/proc/x, a full disk) is a
-    one-line error before anything is compiled."""
+def earlier_outputs(path: Path) -> list[str]:
+    """What a run that wrote no config.json (or lost it) left in `path` that a new run would mix
+    with its own: saved checkpoint steps and logged lines, its own or its agents'. Empty files (a
+    start that failed before its first line) are nothing to keep."""
+    if not path.is_dir():
+        return []
+    found = [p for p in (*path.glob(f"{CHECKPOINT_DIR}/*"), *path.glob(f"seed_*/{CHECKPOINT_DIR}/*")) if p.name.isdigit()]
+    found += [p for p in (path / METRICS_FILE, *path.glob(f"seed_*/{METRICS_FILE}")) if p.is_file() and p.stat().st_size]
+    return sorted(str(p.relative_to(path)) for p in found)[:3]
+
+
+def create_run_dir(path: Path, new: bool = False, free_name: bool = False) -> Path:
+    """Create a run's directory, so that one the system refuses (/proc/x, a full disk) is a one-line
+    error before anything is compiled; returns it. `new`: it did not exist when the run checked it,
+    so it must be this call that creates it (another run started with the same directory meanwhile
+    is refused); with `free_name` (a default name, which two runs started in one second share) the
+    first free `<name>-2`, `<name>-3`, ... is taken instead."""
     check_run_dir(path)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if not new:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for candidate in [path, *(path.with_name(f"{path.name}-{k}") for k in range(2, 100))][:99 if free_name else 1]:
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
     except OSError as error:
         raise RunDirError(f"--run-dir: {path} cannot be created ({error.strerror})") from None
-    return path
+    raise RunDirError(f"--run-dir: {path} was created by another process after this run checked it (two runs "
+                      "given one directory?); choose another directory")
 
 
 def clear_outputs(run_dir: Path) -> None:

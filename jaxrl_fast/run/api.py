@@ -53,9 +53,10 @@ def train(config: TrainConfig | None = None, /, *, resume: str | Path | None = N
     newest checkpoint (only `total_steps`, `progress` and `compile_cache` may be given beside it).
 
     Input that cannot run raises `jaxrl_fast.ConfigError` before anything is written, with the
-    one-line message the CLI prints. A run stopped by an error (a NaN, a failed checkpoint write)
-    raises it after the run directory holds what ran; a first Ctrl-C stops training after a final
-    checkpoint and returns (`summary["interrupted"]`).
+    one-line message the CLI prints. A run stopped by an error raises it after the run directory
+    holds what ran (`jaxrl_fast.outputs.checkpoint.NonFiniteError` for a NaN or an infinity,
+    `CheckpointSaveError` for a checkpoint that could not be written, both `RuntimeError`s); a
+    first Ctrl-C stops training after a final checkpoint and returns (`summary["interrupted"]`).
     """
     from jaxrl_fast.run.loop import run_training
     from jaxrl_fast.run.resolve import resolve
@@ -78,12 +79,18 @@ def requested_config(config: TrainConfig | None, resume: str | Path | None, over
         config = resumed_config(Path(resume), **overrides)
         films(config.video_interval)
         return config
+    if config is not None and not isinstance(config, TrainConfig):
+        raise ConfigError(f"train's first argument is a TrainConfig (or leave it out and give keywords: "
+                          f"train(env=..., algo=...)), got a {type(config).__name__}")
     overrides = dict(overrides)
     films(overrides.get("video_interval", config.video_interval if config is not None else 0))
     if config is None:
-        config = preset_config(overrides.pop("env", TrainConfig.env), overrides.pop("algo", TrainConfig.algo))
-        overrides = with_env_kwargs(config, overrides)
-    return with_overrides(config, overrides)
+        env, algo = overrides.pop("env", TrainConfig.env), overrides.pop("algo", TrainConfig.algo)
+        for name, value in (("env", env), ("algo", algo)):
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} must be a string (an id, as --{name} takes), got {value!r}")
+        config = preset_config(env, algo)
+    return with_overrides(config, with_env_kwargs(config, overrides))
 
 
 def preset_config(env: str, algo: str) -> TrainConfig:
@@ -101,6 +108,8 @@ def with_env_kwargs(config: TrainConfig, overrides: dict[str, Any]) -> dict[str,
     given = overrides.get("env_kwargs")
     if given is None:
         return overrides
+    if isinstance(given, str):  # one key=value string, as one --env-kwargs flag takes (not its letters)
+        given = [given]
     items = [f"{key}={value}" for key, value in given.items()] if isinstance(given, dict) else list(given)
     return dict(overrides, env_kwargs=merge_env_kwargs(config.env_kwargs, items))
 

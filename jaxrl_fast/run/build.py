@@ -25,13 +25,20 @@ from jaxrl_fast.engine.sharding import AXIS, local_shards, make_sharded_env
 from jaxrl_fast.env.envpool import agent_env_seeds, make_xla_env
 from jaxrl_fast.env.ids import evaluation_options, parse_env_kwargs
 from jaxrl_fast.env.spaces import random_actions_np
-from jaxrl_fast.outputs.checkpoint import Checkpointer, Restored, StackedRestored, latest_step, write_policy_info
+from jaxrl_fast.outputs.checkpoint import (
+    Checkpointer,
+    Restored,
+    StackedRestored,
+    latest_step,
+    saved_steps,
+    write_policy_info,
+)
 from jaxrl_fast.outputs.metrics import ProgressDisplay, RunClock, read_metrics, truncate_metrics, write_json
 from jaxrl_fast.outputs.run_dir import CONFIG_FILE, METRICS_FILE, clear_outputs, create_run_dir, seed_run_dir
 from jaxrl_fast.run.evaluation import Evaluator, VideoPlan
 from jaxrl_fast.run.report import EvalBoard, Report, SilentReport
 from jaxrl_fast.run.resolve import ResolvedRun
-from jaxrl_fast.types import BatchedEnv, EnvSpec
+from jaxrl_fast.types import BatchedEnv, ConfigError, EnvSpec
 
 
 class OpenedSeed(NamedTuple):
@@ -128,13 +135,27 @@ def open_run(config: TrainConfig, resume: bool, step: int | None = None,
     if resume:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
-        restored = checkpointer.restore(step)
+        restored = restore_for_resume(checkpointer, step)
         checkpointer.drop_after(restored.step)
         # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it)
         truncate_metrics(run_dir / METRICS_FILE, restored.step)
         return run_dir, checkpointer, restored
     run_dir = create_run_dir(Path(config.run_dir))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
+
+
+def restore_for_resume(checkpointer: Checkpointer, step: int | None) -> Restored:
+    """The checkpoint a resumed run continues from; one that cannot be read is a one-line error that
+    says which and what else was saved (nothing in the directory has changed yet)."""
+    try:
+        return checkpointer.restore(step)
+    except Exception as error:  # noqa: BLE001 (orbax's errors for a damaged step are of many kinds)
+        steps = saved_steps(checkpointer.directory.parent)
+        step = steps[-1] if step is None and steps else step
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"--resume: the checkpoint at step {step} in {checkpointer.directory} cannot be read "
+                          f"({type(error).__name__}: {reason}); complete checkpoints: {steps}. Move that step's "
+                          "directory out of the way to resume from the one before it") from error
 
 
 def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:

@@ -45,6 +45,8 @@ class Inputs:
     config: TrainConfig  # validated; its run_dir is the run's directory; its schedule chosen
     spec: EnvSpec  # one agent's envs (num_envs = config.num_envs)
     schedule_reason: str | None = None  # why `--schedule auto` chose the schedule (None: the user named it)
+    new_dir: bool = False  # the run's directory did not exist when checked: this run creates it, alone
+    default_dir: bool = False  # its name is the default (`runs/<env>__<algo>__<seed>__<time>`): a taken one moves on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,11 +94,36 @@ def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool
         if schedule == "async" and not config.dispatch_steps:  # what auto's measurements were made at
             config = dataclasses.replace(config, dispatch_steps=AUTO_ASYNC_DISPATCH_STEPS)
     validate(config)
-    if run_dir and config.resume is None:
-        directory = Path(config.run_dir) if config.run_dir else default_run_dir(config.env, config.algo, config.seed)
-        check_run_dir(directory)
-        config = dataclasses.replace(config, run_dir=directory)
-    return Inputs(config, spec, reason)
+    check_open_files(config.num_seeds)
+    if not (run_dir and config.resume is None):
+        return Inputs(config, spec, reason)
+    directory = Path(config.run_dir) if config.run_dir else default_run_dir(config.env, config.algo, config.seed)
+    check_run_dir(directory)
+    default = not config.run_dir and not joined.distributed  # one that exists already is another run's, begun now
+    return Inputs(dataclasses.replace(config, run_dir=directory), spec, reason,
+                  new_dir=default or not directory.exists(), default_dir=default)
+
+
+FILES_PER_AGENT = 4  # a --num-seeds agent's log, TensorBoard events, evaluator's pipes (45 files for 10, 2026-11-29)
+FILES_OF_THE_PROCESS = 256  # the libraries', EnvPool's, the compilation cache's, with room to spare
+
+
+def check_open_files(num_seeds: int) -> None:
+    """A --num-seeds run keeps files open per agent: raise the process's soft limit on open files
+    as far as its hard limit allows, or refuse the run before anything is built (it would fail
+    opening the last agents' logs, with its first ones written)."""
+    import resource
+
+    need = FILES_OF_THE_PROCESS + FILES_PER_AGENT * num_seeds
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if num_seeds == 1 or soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise ConfigError(f"--num-seeds {num_seeds} keeps about {need:,d} files open ({FILES_PER_AGENT} per agent: its "
+                      f"log, TensorBoard events, evaluator), and this process may open at most {hard:,d} (`ulimit -Hn`); "
+                      f"train at most {(hard - FILES_OF_THE_PROCESS) // FILES_PER_AGENT:,d} seeds per run, or raise the limit")
 
 
 AUTO_ASYNC_DISPATCH_STEPS = 256  # auto's async on Python envs: 1.29-1.34x sync's env steps/s (docs/schedules.md)
@@ -234,7 +261,8 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
     made = run_dir and config.resume is None and primary
     if refusal is None and made:
         try:
-            create_run_dir(Path(config.run_dir))
+            config = dataclasses.replace(config, run_dir=create_run_dir(Path(config.run_dir), inputs.new_dir,
+                                                                        inputs.default_dir))
         except ConfigError as error:
             refusal = str(error)
     refusal = agreed(refusal, joined)
@@ -371,8 +399,12 @@ def resumed_config(run_dir: Path, total_steps: int | None = None, progress: str 
     saved = run_dir / CONFIG_FILE
     if not saved.exists():
         raise ConfigError(f"--resume: {run_dir} holds no run (no {CONFIG_FILE})")
-    data = json.loads(saved.read_text())
-    if "train_config" not in data:
+    try:
+        data = json.loads(saved.read_text())
+    except (OSError, ValueError) as error:  # a truncated or hand-edited file
+        raise ConfigError(f"--resume: {saved} cannot be read ({error}); it is the run's config, which --resume "
+                          "continues with") from None
+    if not isinstance(data, dict) or "train_config" not in data:
         raise ConfigError(f"--resume: {saved} was written by a version without checkpoints")
     if not os.access(run_dir, os.W_OK):
         raise ConfigError(f"--resume: {run_dir} is not writable")
