@@ -18,15 +18,31 @@ def partial_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex}")
 
 
+def fsync_path(path: Path) -> None:
+    """Wait for `path` (a file, or a directory's entries) to reach the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def written_whole(path: Path) -> Iterator[Path]:
+def written_whole(path: Path, durable: bool = False) -> Iterator[Path]:
     """Yields a temporary path to write `path`'s content to; renamed onto `path` when the block
     ends, removed if it raises (the error goes on). The name carries no suffix of `path`: a writer
-    that picks a format by suffix (matplotlib) must be told it."""
+    that picks a format by suffix (matplotlib) must be told it. `durable`: the content reaches the
+    disk before the rename, and the rename before the block ends (a run's record, which a power cut
+    must not leave empty: config.json, summary.json, metrics.jsonl cut at a resume, the best
+    policy); caches and pictures, which are made again, skip the wait."""
     partial = partial_path(Path(path))
     try:
         yield partial
+        if durable:
+            fsync_path(partial)
         os.replace(partial, path)
+        if durable:
+            fsync_path(Path(path).parent)
     finally:
         with contextlib.suppress(OSError):  # renamed, or never made
             partial.unlink(missing_ok=True)

@@ -192,3 +192,14 @@ def test_a_checkpoint_orbax_declines_to_write_stops_the_run(tmp_path):
     with pytest.raises(CheckpointSaveError, match=r"step 10 was not written: .* holds steps \[20\] already"):
         checkpointer.save(10, {"w": jnp.ones(2)}, {"w": jnp.ones(2)}, {"iterations": 10})  # an older step: declined
     checkpointer.close()
+
+
+def test_a_run_directory_in_use_by_another_process_is_refused(ppo_2048, capsys):
+    from jaxrl_fast.outputs.run_dir import RunLock
+
+    held = RunLock(ppo_2048.run_dir)  # as a run still training there holds it (the finished run let go of it)
+    try:
+        assert main(["--resume", str(ppo_2048.run_dir), "--total-steps", "4096"]) == 2
+        assert "another process is running in" in capsys.readouterr().err
+    finally:
+        held.release()

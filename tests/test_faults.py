@@ -99,6 +99,8 @@ def test_a_run_killed_before_its_first_checkpoint_is_started_over_by_resume(tmp_
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     assert "has no checkpoint yet: starting the run over from its saved config" in out
+    assert "previous-1" in out and (run_dir / "previous-1").is_dir()  # what the killed run wrote, kept
+    assert [p.name for p in (run_dir / "previous-1").glob("events.out.tfevents.*")]
     assert [line["step"] for line in lines_of(run_dir) if "sps" in line] == [2048]
     assert checkpoint_steps(run_dir) == [2048]
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1

@@ -34,3 +34,34 @@ def test_a_resumed_sink_appends_after_the_lines_kept(tmp_path):
     sink.write(256, {"eval_return_mean": 10.0})  # earlier than anything this process wrote: after the kept lines
     sink.close()
     assert steps_in(tmp_path / "metrics.jsonl") == [(256, "train"), (256, "eval"), (512, "train")]
+
+
+def test_a_write_that_fails_halfway_leaves_every_line_logged_before_it_whole(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import pytest
+
+    sink = MetricsSink(tmp_path, tensorboard=False)
+    for step in (256, 512, 768):
+        sink.write(step, {"sps": 1.0})
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    real_pwrite, calls = os.pwrite, []
+
+    def disk_fills(fd, data, offset):  # the late line's rewrite gets 10 bytes on disk, then no space
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_pwrite(fd, data[:10], offset)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, data, offset)  # putting the moved lines back: blocks the file has
+
+    monkeypatch.setattr(os, "pwrite", disk_fills)
+    with pytest.raises(OSError, match="No space left"):
+        sink.write(256, {"eval_return_mean": 10.0})  # moves the lines of 512 and 768
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before  # as it was, and the sink goes on from there
+    sink.write(1024, {"sps": 1.0})
+    sink.close()
+    sink.write(1280, {"sps": 1.0})  # after close (an evaluation the run's end did not wait for): nothing written
+    assert steps_in(tmp_path / "metrics.jsonl") == [(256, "train"), (512, "train"), (768, "train"), (1024, "train")]

@@ -97,5 +97,5 @@ class BestPolicy:
         meta = {"step": int(step), "eval_return_mean": float(mean), "eval_return_std": float(std),
                 "eval_episodes": int(episodes), "paths": paths}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with written_whole(self.path) as partial, open(partial, "wb") as file:
+        with written_whole(self.path, durable=True) as partial, open(partial, "wb") as file:
             np.savez(file, **{META: np.array(json.dumps(meta))}, **{k: np.asarray(v) for k, v in flat.items()})

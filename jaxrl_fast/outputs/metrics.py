@@ -10,6 +10,7 @@ everything it logged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -52,8 +53,8 @@ class RunClock:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write atomically: a reader never sees half a file."""
-    with written_whole(path) as partial:
+    """Write atomically and durably: a reader never sees half a file, nor a crash an empty one."""
+    with written_whole(path, durable=True) as partial:
         partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -80,7 +81,7 @@ def truncate_metrics(path: Path, last_step: int) -> int:
             kept.append(line)
         else:
             dropped += 1
-    with written_whole(path) as partial:
+    with written_whole(path, durable=True) as partial:
         partial.write_text("".join(line + "\n" for line in kept))
     return dropped
 
@@ -113,13 +114,14 @@ class MetricsSink:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            if rebuild_tensorboard:
-                for events in run_dir.glob(TB_EVENTS):
-                    events.unlink()
+            old_events = list(run_dir.glob(TB_EVENTS)) if rebuild_tensorboard else []
             self._tb = SummaryWriter(str(run_dir), flush_secs=10)
             if rebuild_tensorboard:
                 for record in read_metrics(run_dir / METRICS_FILE):
                     self._add_scalars(record)
+                self._tb.flush()  # the new file whole on disk before the old ones go (a kill here loses neither)
+                for events in old_events:
+                    events.unlink(missing_ok=True)
         self._fd = os.open(run_dir / METRICS_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         self._end = os.lseek(self._fd, 0, os.SEEK_END)
         self._tail: list[tuple[int, bytes]] = []  # (step, line) of the newest lines, in file order
@@ -133,6 +135,8 @@ class MetricsSink:
         record = {"step": int(step), "wall_s": round(self.clock.now(), 3)}
         record.update({k: _json_value(v) for k, v in values.items()})
         with self._lock:
+            if self._fd is None:  # closed: an evaluation that outlived the run's end (its fd may be another file's now)
+                return record
             self._insert(int(step), (json.dumps(record) + "\n").encode())
             if self._tb is not None:
                 self._add_scalars(record)
@@ -144,14 +148,26 @@ class MetricsSink:
         while later and self._tail[later - 1][0] > step:
             later -= 1
         moved = b"".join(text for _, text in self._tail[later:])
-        os.pwrite(self._fd, line + moved, self._end - len(moved))
+        data, at = line + moved, self._end - len(moved)
+        try:
+            written = 0
+            while written < len(data):  # a short write (a full disk, a file-size limit) writes the rest, or raises
+                written += os.pwrite(self._fd, data[written:], at + written)
+        except OSError:
+            with contextlib.suppress(OSError):  # the lines it moved back where they were, and the file's old end
+                os.pwrite(self._fd, moved, at)  # the same bytes over blocks the file has: no new space needed
+                os.ftruncate(self._fd, self._end)
+            raise
         self._end += len(line)
         self._tail.insert(later, (step, line))
         del self._tail[:-self.TAIL_LINES]
 
     def close(self) -> None:
         with self._lock:
+            if self._fd is None:
+                return
             os.close(self._fd)
+            self._fd = None
             if self._tb is not None:
                 self._tb.close()
 

@@ -10,13 +10,13 @@ name from here.
     RUN_DIR/checkpoints/       orbax checkpoints, policy.json for `load_policy`, best_policy.npz
     RUN_DIR/videos/, profile/  with --video-interval, --profile
     RUN_DIR/seed_<k>/          with --num-seeds: agent k's complete run directory
+    RUN_DIR/previous-<n>/      what a run started over by --resume (no checkpoint yet) had written
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import shutil
 from pathlib import Path
 
 from jaxrl_fast.types import ConfigError
@@ -31,8 +31,9 @@ POLICY_JSON = "policy.json"  # inside CHECKPOINT_DIR
 BEST_POLICY = "best_policy.npz"  # inside CHECKPOINT_DIR: the best evaluation's policy (`outputs.best`)
 VIDEO_DIR = "videos"
 PROFILE_DIR = "profile"
-# what a run writes besides config.json (a run started over in its directory clears these)
+# what a run writes besides config.json (a run started over in its directory moves these to previous-<n>/)
 RUN_OUTPUTS = (METRICS_FILE, SUMMARY_FILE, CURVE_FILE, TB_EVENTS, CHECKPOINT_DIR, VIDEO_DIR, PROFILE_DIR)
+PREVIOUS_PREFIX = "previous-"
 
 
 class RunDirError(ConfigError):
@@ -103,11 +104,48 @@ def create_run_dir(path: Path, new: bool = False, free_name: bool = False) -> Pa
                       "given one directory?); choose another directory")
 
 
-def clear_outputs(run_dir: Path) -> None:
-    """Remove what a run wrote besides config.json, so that it can start over in its directory."""
-    for pattern in RUN_OUTPUTS:
-        for path in run_dir.glob(pattern):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+class RunLock:
+    """This process's hold on a run directory while its run lives: a second process there (a run
+    given the same --run-dir, a --resume of a run still running) is refused instead of writing into
+    the same files. An advisory `flock` on the directory itself: no file is left behind, and the
+    kernel lets go when the process ends, however it ends."""
+
+    def __init__(self, path: Path):
+        import fcntl
+
+        self.path = Path(path)
+        self._fd: int | None = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.release()
+            raise RunDirError(f"--run-dir: another process is running in {self.path} (a run given the same "
+                              "directory, or a --resume of a run still running); wait for it to end, or choose "
+                              "another directory") from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    __del__ = release
+
+
+def clear_outputs(run_dir: Path) -> Path | None:
+    """Move what a run wrote besides config.json into `RUN_DIR/previous-<n>/` (the first free n),
+    so that it can start over in its directory and nothing it logged is lost; where it went (None:
+    there was nothing)."""
+    found = [path for pattern in RUN_OUTPUTS for path in run_dir.glob(pattern)]
+    if not found:
+        return None
+    n = 1
+    while (run_dir / f"{PREVIOUS_PREFIX}{n}").exists():
+        n += 1
+    kept = run_dir / f"{PREVIOUS_PREFIX}{n}"
+    kept.mkdir()
+    for path in found:
+        os.replace(path, kept / path.name)
+    return kept
 
 
 def seed_run_dir(run_dir: Path, index: int) -> Path:

@@ -66,6 +66,16 @@ def video_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / VIDEO_DIR / f"step_{step:010d}.mp4"
 
 
+def drop_videos_after(run_dir: Path, step: int) -> list[Path]:
+    """Remove the videos of evaluations past `step` (a resumed run redoes those steps, and films them
+    again as their metrics lines are logged again); the paths removed."""
+    late = [path for path in (Path(run_dir) / VIDEO_DIR).glob("step_*.mp4")
+            if path.stem.removeprefix("step_").isdigit() and int(path.stem.removeprefix("step_")) > step]
+    for path in late:
+        path.unlink(missing_ok=True)
+    return late
+
+
 _egl_problem: str | None = "preload_egl() has not run"  # why MuJoCo cannot render in this process
 
 

@@ -35,6 +35,7 @@ from jaxrl_fast.outputs.checkpoint import (
 )
 from jaxrl_fast.outputs.metrics import ProgressDisplay, RunClock, read_metrics, truncate_metrics, write_json
 from jaxrl_fast.outputs.run_dir import CONFIG_FILE, METRICS_FILE, clear_outputs, create_run_dir, seed_run_dir
+from jaxrl_fast.outputs.video import drop_videos_after
 from jaxrl_fast.run.evaluation import Evaluator, VideoPlan
 from jaxrl_fast.run.report import EvalBoard, Report, SilentReport
 from jaxrl_fast.run.resolve import ResolvedRun
@@ -137,8 +138,10 @@ def open_run(config: TrainConfig, resume: bool, step: int | None = None,
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
         restored = restore_for_resume(checkpointer, step)
         checkpointer.drop_after(restored.step)
-        # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it)
+        # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it),
+        # and so are the videos of those steps
         truncate_metrics(run_dir / METRICS_FILE, restored.step)
+        drop_videos_after(run_dir, restored.step)
         return run_dir, checkpointer, restored
     run_dir = create_run_dir(Path(config.run_dir))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None

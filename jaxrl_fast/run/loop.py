@@ -26,7 +26,7 @@ from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, agent_state, check_finite
 from jaxrl_fast.outputs.metrics import write_json
 from jaxrl_fast.outputs.profiler import CallTracer
-from jaxrl_fast.outputs.run_dir import PROFILE_DIR, SUMMARY_FILE
+from jaxrl_fast.outputs.run_dir import PREVIOUS_PREFIX, PROFILE_DIR, SUMMARY_FILE
 from jaxrl_fast.run.build import Run, SeedRun, build, record_config
 from jaxrl_fast.run.evaluation import EvalResult
 from jaxrl_fast.run.report import LoggedEval
@@ -195,7 +195,7 @@ def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final:
     if report.best.failures:
         summary["best_policy_failures"] = report.best.failures
     write_json(seed.run_dir / SUMMARY_FILE, summary)
-    report.sink.close()
+    report.close()
     return summary
 
 
@@ -287,12 +287,23 @@ def run_training(resolved: ResolvedRun, stop: StopRequest | None = None) -> dict
     from its saved config when it stopped before its first checkpoint. `stop`: the CLI's, installed
     before its imports (by default one that raises KeyboardInterrupt on a second SIGINT).
     Raises what stopped training early (a NaN, a failed checkpoint write, a failing thread) after
-    the run directory holds what ran."""
+    the run directory holds what ran. The run directory's lock is let go when it returns or raises."""
+    try:
+        return train_resolved(resolved, stop)
+    finally:
+        if resolved.lock is not None:
+            resolved.lock.release()
+
+
+def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str, Any]:
     config = resolved.config
     run = build(resolved)
     message = run.progress.message
     if resolved.resume and run.restored is None:
-        message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config")
+        kept = sorted((path for path in run.run_dir.glob(f"{PREVIOUS_PREFIX}*") if path.name.split("-")[-1].isdigit()),
+                      key=lambda path: int(path.name.split("-")[-1]))  # the one this start-over just moved
+        message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config"
+                + (f" (what it wrote is in {kept[-1]})" if kept else ""))
     record_config(run)
     progress = Progress(saved_at=run.restored.meta["iterations"] if run.restored else 0)
     if run.restored is not None:

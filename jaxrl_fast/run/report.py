@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.outputs.best import BestPolicy
-from jaxrl_fast.outputs.checkpoint import Restored
+from jaxrl_fast.outputs.checkpoint import Restored, nonfinite_leaves
 from jaxrl_fast.outputs.curves import LearningCurve, evaluation_label
 from jaxrl_fast.outputs.metrics import MetricsSink, ProgressDisplay, RunClock, read_metrics
 from jaxrl_fast.outputs.run_dir import METRICS_FILE
@@ -80,16 +80,32 @@ class Report:
                                    eval_label=evaluation_label(config.eval_epsilon, config.eval_policy))
         self.results: dict[int, EvalResult] = {}
         self.best = BestPolicy(run_dir, restored.step if restored is not None else None)
+        self._closing = threading.Lock()  # an evaluation logs whole, before the close or not at all
+        self.closed = False
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
                        for line in read_metrics(run_dir / METRICS_FILE) if "eval_return_mean" in line} if restored else {}
 
     def evaluation(self, result: EvalResult, payload: Any) -> None:
         """Called where the evaluation ran (the evaluator's thread), never in training, with the
-        policy it evaluated (kept when it is the run's best so far)."""
-        if not math.isfinite(result.mean):  # parameters that went NaN in the call the NaN guard stops at
-            log.warning("the evaluation at step %d gave a non-finite return; it is not logged", result.step)
+        policy it evaluated (kept when it is the run's best so far). After `close` (an evaluation the
+        run's end did not wait for) nothing is written."""
+        # parameters that went NaN in the call the NaN guard stops at (an argmax over NaN still acts,
+        # and its return can be finite)
+        if not math.isfinite(result.mean) or nonfinite_leaves(payload):
+            log.warning("the evaluation at step %d was of non-finite parameters; it is not logged", result.step)
             return
+        with self._closing:
+            if not self.closed:
+                self._log_evaluation(result, payload)
+
+    def close(self) -> None:
+        """The run's end: the metrics file closes, and a late evaluation is dropped."""
+        with self._closing:
+            self.closed = True
+            self.sink.close()
+
+    def _log_evaluation(self, result: EvalResult, payload: Any) -> None:
         self.results[result.step] = result
         self.sink.write(result.step, {
             "eval_return_mean": result.mean,
@@ -127,4 +143,7 @@ class SilentReport:
         pass
 
     def training(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
         pass

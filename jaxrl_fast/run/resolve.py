@@ -34,7 +34,7 @@ from jaxrl_fast.config.run import (
 from jaxrl_fast.engine.cluster import Cluster
 from jaxrl_fast.env.envpool import probe_gpu_step, probe_spec
 from jaxrl_fast.env.ids import JAX_FAMILIES, PIXEL_FAMILIES, check_env_kwargs, parse_env_kwargs
-from jaxrl_fast.outputs.run_dir import CONFIG_FILE, check_run_dir, create_run_dir, default_run_dir
+from jaxrl_fast.outputs.run_dir import CONFIG_FILE, RunLock, check_run_dir, create_run_dir, default_run_dir
 from jaxrl_fast.types import ConfigError, EnvSpec
 
 
@@ -61,6 +61,7 @@ class ResolvedRun:
     joined: Cluster  # the processes of the run (none: alone)
     primary: bool  # this process writes the run directory and evaluates (process 0)
     schedule_reason: str | None = None  # why `--schedule auto` chose the schedule (None: the user named it)
+    lock: RunLock | None = None  # the run directory's, held by process 0 until the run ends (`run_training`)
 
     @property
     def run_dir(self) -> Path:
@@ -258,11 +259,13 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
     except ConfigError as error:
         refusal = str(error)
     refusal = agreed(refusal, joined)
-    made = run_dir and config.resume is None and primary
-    if refusal is None and made:
+    made, lock = run_dir and config.resume is None and primary, None
+    if refusal is None and run_dir and primary:
         try:
-            config = dataclasses.replace(config, run_dir=create_run_dir(Path(config.run_dir), inputs.new_dir,
-                                                                        inputs.default_dir))
+            if made:
+                config = dataclasses.replace(config, run_dir=create_run_dir(Path(config.run_dir), inputs.new_dir,
+                                                                            inputs.default_dir))
+            lock = RunLock(Path(config.run_dir))  # a new run's, or the resumed one's
         except ConfigError as error:
             refusal = str(error)
     refusal = agreed(refusal, joined)
@@ -286,12 +289,14 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
                 schedule_reason += " (calibration's budget left no time to measure acting beside learning)"
         plan = make_plan(config, threads(config, placement))
     except BaseException:  # refused (or stopped) before training began: the new directory goes too
+        if lock is not None:
+            lock.release()
         if made:
             with contextlib.suppress(OSError):
                 Path(config.run_dir).rmdir()
         raise
     return ResolvedRun(config, dataclasses.replace(inputs.spec, num_envs=config.num_envs), placement, plan, calibration,
-                       joined, primary, schedule_reason)
+                       joined, primary, schedule_reason, lock)
 
 
 def concurrent_placement(config: TrainConfig, schedule_reason: str | None) -> Any:
