@@ -373,6 +373,27 @@ def test_the_best_policy_is_replaced_only_by_a_higher_evaluation_and_survives_a_
     assert BestPolicy(tmp_path).mean is None and best.path.exists()  # a new run's: its next best replaces it
 
 
+def test_a_resume_past_a_later_best_gets_the_best_of_its_checkpoint_back(tmp_path):
+    import jax.numpy as jnp
+
+    from jaxrl_fast.outputs.best import BestPolicy, read_best_policy
+    from jaxrl_fast.outputs.checkpoint import Checkpointer
+
+    def payload(value):
+        return {"params": {"w": np.full((3, 2), value, np.float32)}}
+
+    best, checkpointer = BestPolicy(tmp_path), Checkpointer(tmp_path, keep=3)
+    assert best.offer(100, 10.0, 1.0, 5, payload(1.0))
+    checkpointer.save(200, {"w": jnp.zeros(2)}, {"w": jnp.zeros(2)}, {"iterations": 200})  # links the best of 100
+    assert best.offer(300, 12.0, 1.0, 5, payload(3.0))  # then a kill before the checkpoint of 400
+    checkpointer.close()
+    resumed = BestPolicy(tmp_path, resumed_from=200)  # the 300 is of steps it redoes: the checkpoint's best instead
+    assert (resumed.step, resumed.mean) == (100, 10.0)
+    arrays, meta = read_best_policy(resumed.path)
+    assert meta["step"] == 100 and arrays["00000"][0, 0] == 1.0
+    assert not resumed.offer(250, 9.0, 1.0, 5, payload(2.5))  # below the best the log still holds (step 100)
+
+
 def test_a_best_policy_that_cannot_be_written_is_counted_not_raised(tmp_path):
     from jaxrl_fast.outputs.best import BestPolicy
 

@@ -11,7 +11,9 @@ One `.npz` file: the arrays by position (`flatten_state`'s keys) and `__meta__`,
 the step, the evaluation's mean, std and episode count, and the arrays' tree paths. It is written
 to a temporary name and renamed, so a reader meets the previous best or the new one, never half
 of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it; one
-from past the checkpoint it resumes from is removed, as that trajectory's metrics are.
+from past the checkpoint it resumes from is replaced by the best as it stood at that checkpoint
+(each checkpoint keeps a link to it, `CHECKPOINT_DIR/<step>/best_policy.npz`), or removed where
+that checkpoint has none, as that trajectory's metrics are.
 """
 
 from __future__ import annotations
@@ -69,14 +71,29 @@ class BestPolicy:
                 return
             if resumed_from is None:  # a new run (a start-over clears the directory): the next best replaces it
                 return
-            if int(meta["step"]) <= resumed_from:
+            if int(meta["step"]) > resumed_from:  # of steps the resumed run redoes: the checkpoint's best instead
+                meta = self._back_to(resumed_from, meta["step"])
+            if meta is not None:
                 self.mean, self.step = float(meta["eval_return_mean"]), int(meta["step"])
-            else:  # of steps the resumed run redoes: gone, as their metrics lines are
-                try:
-                    self.path.unlink(missing_ok=True)
-                    log.info("best policy of step %s, past the checkpoint resumed from: removed", meta["step"])
-                except OSError as error:
-                    log.warning("best policy %s of a redone step could not be removed: %s", self.path, error)
+
+    def _back_to(self, checkpoint: int, late_step: int) -> dict[str, Any] | None:
+        """The best as it stood at `checkpoint`, put back in place of one of a later step; its meta
+        (None where the checkpoint kept no best: the late one is removed)."""
+        kept = self.path.parent / str(checkpoint) / BEST_POLICY
+        try:
+            if not kept.exists():
+                self.path.unlink(missing_ok=True)
+                log.info("best policy of step %s, past the checkpoint resumed from: removed", late_step)
+                return None
+            with written_whole(self.path, durable=True) as partial:
+                partial.write_bytes(kept.read_bytes())
+            meta = read_best_policy(self.path)[1]
+            log.info("best policy of step %s, past the checkpoint resumed from: back to that of step %s", late_step,
+                     meta["step"])
+            return meta
+        except (OSError, ValueError, KeyError) as error:
+            log.warning("best policy %s of a redone step could not be replaced: %s", self.path, error)
+            return None
 
     def offer(self, step: int, mean: float, std: float, episodes: int, payload: Any) -> bool:
         """Keep `payload` if `mean` beats the best so far (ties keep the earlier policy); True if written."""

@@ -36,6 +36,8 @@ import numpy as np
 from jaxrl_fast.engine.sharding import is_key
 from jaxrl_fast.outputs.run_dir import BEST_POLICY, CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
 
+log = logging.getLogger(__name__)
+
 
 class CheckpointError(ValueError):
     pass
@@ -308,6 +310,18 @@ class Checkpointer:
         if not written:  # orbax declines a step it holds already, or one older than it holds: another run's
             raise CheckpointSaveError(f"the checkpoint at step {step:,d} was not written: {self.directory} holds "
                                       f"steps {list(self._manager.all_steps())} already (another run's?)")
+        self._keep_best(step)
+
+    def _keep_best(self, step: int) -> None:
+        """A link to the run's best policy as it stands, inside the step's checkpoint (rotated with
+        it): a run resumed from this step gets this best back if a later one replaced it."""
+        best = self.directory / BEST_POLICY
+        try:
+            os.link(best, self.directory / str(step) / BEST_POLICY)  # the file as it is now: a new best is a new file
+        except FileNotFoundError:  # no evaluation has been kept yet
+            pass
+        except OSError as error:  # a file system without links: the resume then removes a late best instead
+            log.debug("best policy not linked into checkpoint %d: %s", step, error)
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
