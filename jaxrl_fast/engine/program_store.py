@@ -238,7 +238,9 @@ class ProgramStore:
         from jax.experimental import serialize_executable
 
         try:
-            payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+            with open(path, "rb") as file:  # which file was read: another run may rename a fresh entry over it
+                read, body = os.fstat(file.fileno()), file.read()
+            payload, in_tree, out_tree = pickle.loads(body)
             loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=devices[0].client,
                                                                execution_devices=devices)
             _touch(path)  # used: the last entry pruning removes
@@ -247,8 +249,9 @@ class ProgramStore:
             return None
         except Exception as error:  # noqa: BLE001 (a damaged or foreign entry is compiled again)
             log.warning("stored program %s could not be loaded (%s): compiling it", path, error)
-            try:  # once: the next run that compiles the loop stores it again
-                path.unlink(missing_ok=True)
+            try:  # once: the next run that compiles the loop stores it again (not another run's fresh entry)
+                if path.stat().st_ino == read.st_ino:
+                    path.unlink(missing_ok=True)
             except OSError:  # another's file, a read-only store: it stays, and is compiled around each time
                 pass
             return None
