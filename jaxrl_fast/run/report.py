@@ -78,6 +78,8 @@ class Report:
         self.target = TargetWatch(config.target_return, clock)
         self.curve = LearningCurve(run_dir, f"{config.algo} on {config.env}, seed {config.seed}",
                                    eval_label=evaluation_label(config.eval_epsilon, config.eval_policy))
+        if restored is not None and self.curve.path.exists():  # it shows the steps the resume cut: drawn again
+            self.curve.update()
         self.results: dict[int, EvalResult] = {}
         self.best = BestPolicy(run_dir, restored.step if restored is not None else None)
         self._closing = threading.Lock()  # an evaluation logs whole, before the close or not at all
