@@ -55,6 +55,7 @@ def save_checkpoint(run: Run, progress: Progress, step: int) -> None:
     state, schedule_meta = run.schedule.snapshot()
     payload = run.schedule.eval_payload()
     for seed in run.seeds:
+        seed.report.sync()  # the log up to this checkpoint on disk before it
         own = state if len(run.seeds) == 1 else agent_state(state, seed.index, len(run.seeds))
         seed.checkpointer.save(step, own, run.agent(payload, seed.index),
                                {"iterations": progress.done, "schedule": schedule_meta, "wall_s": run.clock.now()})

@@ -101,6 +101,9 @@ class Report:
             if not self.closed:
                 self._log_evaluation(result, payload)
 
+    def sync(self) -> None:
+        self.sink.sync()
+
     def close(self) -> None:
         """The run's end: the metrics file closes, and a late evaluation is dropped."""
         with self._closing:
@@ -145,6 +148,9 @@ class SilentReport:
         pass
 
     def training(self, *args: Any) -> None:
+        pass
+
+    def sync(self) -> None:
         pass
 
     def close(self) -> None:
