@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,9 @@ class MetricsSink:
             from tensorboardX import SummaryWriter
 
             old_events = list(run_dir.glob(TB_EVENTS)) if rebuild_tensorboard else []
-            self._tb = SummaryWriter(str(run_dir), flush_secs=10)
+            # a name of its own: the writer names its file by the second, which an old file of this run may share
+            suffix = f".{uuid.uuid4().hex[:8]}" if rebuild_tensorboard else ""
+            self._tb = SummaryWriter(str(run_dir), flush_secs=10, filename_suffix=suffix)
             if rebuild_tensorboard:
                 for record in read_metrics(run_dir / METRICS_FILE):
                     self._add_scalars(record)
