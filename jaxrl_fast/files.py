@@ -42,7 +42,8 @@ def written_whole(path: Path, durable: bool = False) -> Iterator[Path]:
             fsync_path(partial)
         os.replace(partial, path)
         if durable:
-            fsync_path(Path(path).parent)
+            with contextlib.suppress(OSError):  # a file system that refuses a directory's fsync: the file is in place
+                fsync_path(Path(path).parent)
     finally:
         with contextlib.suppress(OSError):  # renamed, or never made
             partial.unlink(missing_ok=True)

@@ -20,6 +20,9 @@ def test_every_suite_task_is_a_run_the_trainer_accepts(tmp_path):
         source = {"atari": "CleanRL", "procgen": "CleanRL", "dm_control": "TD-MPC2",
                   "minatar": "gymnax-blines"}.get(suite, "rl-baselines3-zoo")
         assert all(task.reference.source.startswith(source) for task in tasks)
+    # a small budget scale still gives each off-policy task its warm-up and one iteration (TD3 Pendulum-v1:
+    # 1,000 steps at 0.05, its warm-up alone; once refused, and with it the whole suite)
+    check_tasks(SUITES["classic"], num_seeds=2, budget_scale=0.05, out=tmp_path / "small")
     assert not any(tmp_path.iterdir())  # nothing is written before a task trains
     # a task's name is its run directory's and its curve's file name: no `:` (gymnax:) nor `/`
     assert not [t.name for tasks in SUITES.values() for t in tasks if set(t.name) & set(":/\\")]

@@ -182,6 +182,13 @@ def test_resume_of_a_damaged_config_or_checkpoint_is_one_line_and_changes_nothin
     assert contents() == before  # the log, the config and the other files as they were
 
 
+def test_non_finite_leaves_are_found_on_the_host_too():
+    from jaxrl_fast.outputs.checkpoint import nonfinite_leaves
+
+    # the concurrent and async schedules hand the evaluator numpy parameters
+    assert [path for path, _ in nonfinite_leaves({"w": np.array([1.0, np.nan]), "n": np.arange(3)})] == ["['w']"]
+
+
 def test_a_checkpoint_orbax_declines_to_write_stops_the_run(tmp_path):
     import jax.numpy as jnp
 
@@ -194,8 +201,10 @@ def test_a_checkpoint_orbax_declines_to_write_stops_the_run(tmp_path):
     checkpointer.close()
 
 
-def test_a_run_directory_in_use_by_another_process_is_refused(ppo_2048, capsys):
-    from jaxrl_fast.outputs.run_dir import RunLock
+def test_a_run_directory_in_use_by_another_process_is_refused(ppo_2048, capsys, monkeypatch, caplog):
+    import fcntl
+
+    from jaxrl_fast.outputs.run_dir import RunDirError, RunLock
 
     held = RunLock(ppo_2048.run_dir)  # as a run still training there holds it (the finished run let go of it)
     try:
@@ -203,3 +212,18 @@ def test_a_run_directory_in_use_by_another_process_is_refused(ppo_2048, capsys):
         assert "another process is running in" in capsys.readouterr().err
     finally:
         held.release()
+    seeds = ppo_2048.run_dir.parent / "seeds"  # a --num-seeds run and one of its agents resumed alone: one run
+    (seeds / "seed_0").mkdir(parents=True)
+    (seeds / "config.json").write_text("{}")
+    for first, second in ((seeds, seeds / "seed_0"), (seeds / "seed_0", seeds)):
+        held = RunLock(first)
+        with pytest.raises(RunDirError, match="another process is running in"):
+            RunLock(second)
+        held.release()
+
+    def no_flock(fd, operation):  # an NFS mount: flock on a directory fails with EBADF
+        raise OSError(9, "Bad file descriptor")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    RunLock(seeds).release()  # runs unlocked, with a warning
+    assert "not locked" in caplog.text

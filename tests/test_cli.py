@@ -172,6 +172,11 @@ def test_two_runs_never_share_a_directory(tmp_path, monkeypatch):
     quiet = lambda text: None  # noqa: E731
     first, second = (resolve(make_config(run_dir=None, ppo={"learning_rate": rate}), log=quiet) for rate in (1e-3, 3e-4))
     assert (first.run_dir, second.run_dir) == (type(tmp_path)(frozen), type(tmp_path)(frozen + "-2"))
+    (first.run_dir / "config.json").write_text("{}")  # the first run went on to write its config: a third moves on
+    third = resolve(make_config(run_dir=None), log=quiet)
+    assert third.run_dir == type(tmp_path)(frozen + "-3")
+    for run in (first, second, third):
+        run.lock.release()
     given = tmp_path / "given"
     given.mkdir()  # a directory the user made is theirs to give; one made by another run after the check is not
     assert create_run_dir(given) == given

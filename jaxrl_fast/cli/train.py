@@ -140,6 +140,7 @@ def run_command(argv: list[str], stop: StopRequest) -> int:
 def run_joined(inputs, stop: StopRequest, joined: cluster.Cluster) -> int:
     """The run, once this process has joined the others of a distributed run (or alone)."""
     from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, latest_step
+    from jaxrl_fast.run.build import ResumeError
     from jaxrl_fast.run.loop import run_training
     from jaxrl_fast.run.resolve import on_devices
 
@@ -156,7 +157,7 @@ def run_joined(inputs, stop: StopRequest, joined: cluster.Cluster) -> int:
         return 130
     try:
         summary = run_training(resolved, stop)
-    except ConfigError as error:  # found while building (a checkpoint --resume cannot read): nothing written
+    except ResumeError as error:  # found while building: a checkpoint --resume cannot read
         print(f"error: {error}", file=sys.stderr)
         return 2
     except (NonFiniteError, CheckpointSaveError) as error:

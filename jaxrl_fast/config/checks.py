@@ -126,7 +126,7 @@ def combination_errors(config: TrainConfig) -> list[str]:
     defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
     async_only = [f"--{name.replace('_', '-')} {getattr(config, name)}" for name in ("num_actors", "policy_lag", "max_policy_lag")
                   if getattr(config, name) != defaults[name]]
-    checks.append((not async_only or config.schedule == "async",
+    checks.append((not async_only or config.schedule == "async" or config.resume is not None,  # saved: as it ran
                    f"{', '.join(async_only)}: the --schedule async actors' settings; the {config.schedule} schedule "
                    "has no actors to set"))
     if config.num_seeds > 1:

@@ -237,6 +237,7 @@ class ProgramStore:
     def _load(self, path: Path, devices: list[Any]) -> Any | None:
         from jax.experimental import serialize_executable
 
+        read = None
         try:
             with open(path, "rb") as file:  # which file was read: another run may rename a fresh entry over it
                 read, body = os.fstat(file.fileno()), file.read()
@@ -250,7 +251,7 @@ class ProgramStore:
         except Exception as error:  # noqa: BLE001 (a damaged or foreign entry is compiled again)
             log.warning("stored program %s could not be loaded (%s): compiling it", path, error)
             try:  # once: the next run that compiles the loop stores it again (not another run's fresh entry)
-                if path.stat().st_ino == read.st_ino:
+                if read is not None and path.stat().st_ino == read.st_ino:
                     path.unlink(missing_ok=True)
             except OSError:  # another's file, a read-only store: it stays, and is compiled around each time
                 pass

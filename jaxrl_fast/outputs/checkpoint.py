@@ -225,7 +225,8 @@ def nonfinite_leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
     # an array spread over the processes of a data-parallel run (a shard's own state) is left to its
     # shard: what the shards share, each process checks alike, without a collective per call
     leaves = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
-              if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) and x.is_fully_addressable]
+              if isinstance(x, (jax.Array, np.ndarray)) and jnp.issubdtype(x.dtype, jnp.floating)
+              and getattr(x, "is_fully_addressable", True)]  # numpy: a payload handed over from the host
     if not leaves:
         return []
     # on the host: op by op on the device, each leaf's shape compiled programs of its own (a second of

@@ -16,10 +16,13 @@ name from here.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from pathlib import Path
 
 from jaxrl_fast.types import ConfigError
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -44,6 +47,16 @@ def default_run_dir(env_id: str, algo: str, seed: int) -> Path:
     """`runs/<env>__<algo>__<seed>__<time>`, for a run given no --run-dir."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{env_id.replace('/', '_').replace(':', '_')}__{algo}__{seed}__{stamp}"
+
+
+def free_names(path: Path) -> list[Path]:
+    """`path`, then `<path>-2` ... `<path>-99`: the names a default run directory may take."""
+    return [path, *(path.with_name(f"{path.name}-{k}") for k in range(2, 100))]
+
+
+def first_free(path: Path) -> Path:
+    """The first of `free_names(path)` that does not exist (runs started in one second share a default name)."""
+    return next((name for name in free_names(path) if not name.exists()), path)
 
 
 def check_run_dir(path: Path) -> None:
@@ -86,13 +99,14 @@ def create_run_dir(path: Path, new: bool = False, free_name: bool = False) -> Pa
     so it must be this call that creates it (another run started with the same directory meanwhile
     is refused); with `free_name` (a default name, which two runs started in one second share) the
     first free `<name>-2`, `<name>-3`, ... is taken instead."""
-    check_run_dir(path)
+    if not free_name:  # a default name that exists is skipped, never checked
+        check_run_dir(path)
     try:
         if not new:
             path.mkdir(parents=True, exist_ok=True)
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        for candidate in [path, *(path.with_name(f"{path.name}-{k}") for k in range(2, 100))][:99 if free_name else 1]:
+        for candidate in free_names(path)[:99 if free_name else 1]:
             try:
                 candidate.mkdir()
                 return candidate
@@ -107,26 +121,44 @@ def create_run_dir(path: Path, new: bool = False, free_name: bool = False) -> Pa
 class RunLock:
     """This process's hold on a run directory while its run lives: a second process there (a run
     given the same --run-dir, a --resume of a run still running) is refused instead of writing into
-    the same files. An advisory `flock` on the directory itself: no file is left behind, and the
-    kernel lets go when the process ends, however it ends."""
+    the same files. An agent's directory of a --num-seeds run (`RUN_DIR/seed_<k>`, resumed alone)
+    holds its run's directory too, so that the two never run at once. An advisory `flock` on each
+    directory itself: no file is left behind, and the kernel lets go when the process ends, however
+    it ends. A file system without `flock` (some NFS and Lustre mounts) runs without the lock."""
 
     def __init__(self, path: Path):
+        self.path = Path(path)
+        self._fds: list[int] = []
+        parent = self.path.parent
+        is_agent = self.path.name.removeprefix("seed_").isdigit() and (parent / CONFIG_FILE).exists()
+        for directory in (self.path, parent) if is_agent else (self.path,):
+            self._hold(directory)
+
+    def _hold(self, directory: Path) -> None:
         import fcntl
 
-        self.path = Path(path)
-        self._fd: int | None = os.open(self.path, os.O_RDONLY)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            fd = os.open(directory, os.O_RDONLY)
+        except OSError as error:  # unreadable: the run's own checks say what is wrong with it
+            log.warning("run directory %s not locked: %s", directory, error)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: another process runs there
+            os.close(fd)
             self.release()
-            raise RunDirError(f"--run-dir: another process is running in {self.path} (a run given the same "
+            raise RunDirError(f"--run-dir: another process is running in {directory} (a run given the same "
                               "directory, or a --resume of a run still running); wait for it to end, or choose "
                               "another directory") from None
+        except OSError as error:  # no flock here (EBADF on NFS, ENOSYS on Lustre): the run goes on unlocked
+            os.close(fd)
+            log.warning("run directory %s not locked (%s): nothing keeps a second process out of it", directory, error)
+            return
+        self._fds.append(fd)
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        while getattr(self, "_fds", None):
+            os.close(self._fds.pop())
 
     __del__ = release
 

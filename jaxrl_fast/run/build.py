@@ -147,18 +147,22 @@ def open_run(config: TrainConfig, resume: bool, step: int | None = None,
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
 
 
+class ResumeError(ConfigError):
+    """A checkpoint `--resume` cannot read: the run stops before it trains (the CLI's exit status 2)."""
+
+
 def restore_for_resume(checkpointer: Checkpointer, step: int | None) -> Restored:
     """The checkpoint a resumed run continues from; one that cannot be read is a one-line error that
-    says which and what else was saved (nothing in the directory has changed yet)."""
+    says which and what else was saved (before this agent's directory changes)."""
     try:
         return checkpointer.restore(step)
     except Exception as error:  # noqa: BLE001 (orbax's errors for a damaged step are of many kinds)
         steps = saved_steps(checkpointer.directory.parent)
         step = steps[-1] if step is None and steps else step
         reason = (str(error).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"--resume: the checkpoint at step {step} in {checkpointer.directory} cannot be read "
-                          f"({type(error).__name__}: {reason}); complete checkpoints: {steps}. Move that step's "
-                          "directory out of the way to resume from the one before it") from error
+        raise ResumeError(f"--resume: the checkpoint at step {step} in {checkpointer.directory} cannot be read "
+                          f"({type(error).__name__}: {reason}); complete checkpoints: {steps}. If it is damaged, "
+                          "move that step's directory out of the way to resume from the one before it") from error
 
 
 def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:

@@ -24,7 +24,7 @@ from jaxrl_fast.config.plan import Plan
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, agent_state, check_finite
-from jaxrl_fast.outputs.metrics import write_json
+from jaxrl_fast.outputs.metrics import PROCESS_START, write_json
 from jaxrl_fast.outputs.profiler import CallTracer
 from jaxrl_fast.outputs.run_dir import PREVIOUS_PREFIX, PROFILE_DIR, SUMMARY_FILE
 from jaxrl_fast.run.build import Run, SeedRun, build, record_config
@@ -301,8 +301,8 @@ def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str,
     run = build(resolved)
     message = run.progress.message
     if resolved.resume and run.restored is None:
-        kept = sorted((path for path in run.run_dir.glob(f"{PREVIOUS_PREFIX}*") if path.name.split("-")[-1].isdigit()),
-                      key=lambda path: int(path.name.split("-")[-1]))  # the one this start-over just moved
+        kept = [path for path in run.run_dir.glob(f"{PREVIOUS_PREFIX}*")  # the one this start-over just made
+                if path.name.split("-")[-1].isdigit() and path.stat().st_mtime >= PROCESS_START]
         message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config"
                 + (f" (what it wrote is in {kept[-1]})" if kept else ""))
     record_config(run)

@@ -34,7 +34,14 @@ from jaxrl_fast.config.run import (
 from jaxrl_fast.engine.cluster import Cluster
 from jaxrl_fast.env.envpool import probe_gpu_step, probe_spec
 from jaxrl_fast.env.ids import JAX_FAMILIES, PIXEL_FAMILIES, check_env_kwargs, parse_env_kwargs
-from jaxrl_fast.outputs.run_dir import CONFIG_FILE, RunLock, check_run_dir, create_run_dir, default_run_dir
+from jaxrl_fast.outputs.run_dir import (
+    CONFIG_FILE,
+    RunLock,
+    check_run_dir,
+    create_run_dir,
+    default_run_dir,
+    first_free,
+)
 from jaxrl_fast.types import ConfigError, EnvSpec
 
 
@@ -98,7 +105,7 @@ def check_inputs(config: TrainConfig, joined: Cluster = Cluster(), run_dir: bool
     check_open_files(config.num_seeds)
     if not (run_dir and config.resume is None):
         return Inputs(config, spec, reason)
-    directory = Path(config.run_dir) if config.run_dir else default_run_dir(config.env, config.algo, config.seed)
+    directory = Path(config.run_dir) if config.run_dir else first_free(default_run_dir(config.env, config.algo, config.seed))
     check_run_dir(directory)
     default = not config.run_dir and not joined.distributed  # one that exists already is another run's, begun now
     return Inputs(dataclasses.replace(config, run_dir=directory), spec, reason,

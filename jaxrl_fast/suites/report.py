@@ -45,9 +45,25 @@ def select(suite: str, algos: Sequence[str] | None, envs: Sequence[str] | None) 
     return chosen
 
 
+def shortest_run(task: Task) -> int:
+    """Env steps an off-policy task's preset needs to learn at all (its warm-up, then one iteration
+    of the sync schedule, which the suites run); 1 for the rest."""
+    import dataclasses
+
+    from jaxrl_fast.config.plan import iteration_steps
+    from jaxrl_fast.config.run import OFF_POLICY
+    from jaxrl_fast.run.api import preset_config
+
+    if task.algo not in OFF_POLICY:
+        return 1
+    steps, warmup = iteration_steps(dataclasses.replace(preset_config(task.env, task.algo), schedule="sync"))
+    return warmup + steps
+
+
 def task_settings(task: Task, num_seeds: int, budget_scale: float, run_dir: Path) -> dict:
-    """A task's settings over its preset: the published budget (scaled), its seeds, its directory."""
-    steps = max(1, round(task.budget * budget_scale))
+    """A task's settings over its preset: the published budget (scaled, never below what one
+    learning iteration needs: an off-policy warm-up and one iteration), its seeds, its directory."""
+    steps = max(1, round(task.budget * budget_scale), shortest_run(task))
     return {"num_seeds": num_seeds, "total_steps": steps, "eval_interval": max(1, steps // EVALS_PER_RUN),
             "run_dir": run_dir, "progress": "plain"}
 
