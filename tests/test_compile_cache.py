@@ -96,6 +96,45 @@ def test_resume_takes_the_cache_setting_from_its_own_command_line(tmp_path):
     assert not parse_args(["--resume", str(tmp_path), "--no-compile-cache"]).compile_cache
 
 
+# One small program through `enable`'s cache; prints JAX's warnings and its cache hits as JSON.
+SMALL_PROGRAM = """
+import json, warnings
+from jax import monitoring
+hits = []
+monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("cache_hits") else None)
+from jaxrl_fast.engine import compile_cache
+compile_cache.enable()
+import jax, jax.numpy as jnp
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jax.jit(lambda x: jnp.sin(x) * 3 + jnp.cos(x) ** 2)(jnp.ones(7)).block_until_ready()
+print(json.dumps({"warnings": [str(w.message) for w in caught], "hits": len(hits)}))
+"""
+
+
+def test_an_entry_cut_short_is_rewritten_by_the_next_run_that_compiles_it(tmp_path):
+    """JAX skips a write when the entry's file exists, so an entry cut short (a run killed while
+    writing it) would be warned about and recompiled by every run after. The run that meets it
+    replaces it; the run after loads every program."""
+    env = dict(os.environ, JAXRL_FAST_COMPILE_CACHE_DIR=str(tmp_path))
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", SMALL_PROGRAM], env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run() == {"warnings": [], "hits": 0}
+    written = {p: p.stat().st_size for p in tmp_path.rglob("*-cache")}
+    assert written
+    for path in written:
+        os.truncate(path, 40)
+    met = run()
+    assert met["hits"] == 0 and len(met["warnings"]) >= 1, met
+    assert all("persistent compilation cache" in w for w in met["warnings"]), met
+    assert {p: p.stat().st_size > 40 for p in tmp_path.rglob("*-cache")} == dict.fromkeys(written, True)
+    assert run() == {"warnings": [], "hits": len(written)}
+    assert not list(tmp_path.rglob("*.partial"))  # each write landed through its rename
+
+
 SAC_RUN = ("--algo", "sac", "--env", "Pendulum-v1", "--total-steps", "600", "--sac.learning-starts", "256")
 GYM_RUN = ("--env", "gym:CartPole-v1")  # Python envs, stepped through `ffi_forward`'s host target
 

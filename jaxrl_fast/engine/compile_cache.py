@@ -8,7 +8,10 @@ to delete. `--no-compile-cache` (`RunConfig.compile_cache`) turns it off.
 
 Concurrent runs may share the directory: JAX names an entry by its key, skips a write when the
 file exists, and a reader that meets a half-written entry gets a decompression error, which JAX
-turns into a warning and a fresh compilation (never a wrong program).
+turns into a warning and a fresh compilation (never a wrong program). JAX writes an entry in place
+and never rewrites one, so an entry cut short (a run killed while writing it, a full disk) would
+cost every later run that warning and that compilation: `heal_entries` makes its writes whole and
+lets a write replace an entry that does not decompress.
 
 The cache is process-wide and JAX opens it once, at the first compilation that consults it: the
 first `enable` in a process decides where it is.
@@ -16,6 +19,7 @@ first `enable` in a process decides where it is.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import uuid
@@ -77,8 +81,51 @@ def enable() -> Path | None:
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # every size, no override
+    heal_entries()
     return path
 
+
+def heal_entries() -> None:
+    """Patch JAX's file cache (`LRUCache.put`, the same in JAX 0.10 to 0.12) so that a write lands
+    whole, through a temporary file and a rename, and replaces an entry that does not decompress
+    (JAX skips a write whenever the file exists). A JAX whose cache lacks these internals keeps its
+    own `put`, with a debug line: the cache still works, it just does not heal."""
+    try:
+        from jax._src import compilation_cache, lru_cache
+
+        cache_class, suffix = lru_cache.LRUCache, lru_cache._CACHE_SUFFIX
+        decompress = compilation_cache.decompress_executable
+        jax_put = cache_class.put
+    except (ImportError, AttributeError) as error:
+        log.debug("JAX's compilation cache is not the one heal_entries knows (%s): left as it is", error)
+        return
+    if getattr(jax_put, "heals", False):
+        return
+
+    def readable(path: Path) -> bool:
+        try:
+            return len(decompress(path.read_bytes())) > 0
+        except Exception:  # noqa: BLE001 - zstd's, zlib's and the file's errors alike: unreadable
+            return False
+
+    @functools.wraps(jax_put)
+    def put(self, key: str, value: bytes) -> None:
+        path = Path(os.fspath(self._path)) / f"{key}{suffix}"  # local: `enable` made the directory
+        if not key or getattr(self, "eviction_enabled", True):
+            return jax_put(self, key, value)  # eviction's lock and bookkeeping (a size limit set): JAX's
+        if path.exists():
+            if readable(path):
+                return None
+            log.info("compilation cache: replacing the unreadable entry %s", path.name)
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+        try:
+            partial.write_bytes(value)
+            os.replace(partial, path)  # readers see no entry or a whole one
+        finally:
+            partial.unlink(missing_ok=True)
+
+    put.heals = True
+    cache_class.put = put
 
 
 def program_dir() -> Path | None:
