@@ -104,6 +104,15 @@ def test_a_window_that_does_not_fit_is_refused_before_the_run(tmp_path, capsys, 
     assert not run_dir.exists()
 
 
+def test_a_window_that_does_not_fit_is_refused_before_calibration_measures(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main([*PPO_ARGS, "--run-dir", str(run_dir), "--calibrate", "--profile", "--profile-start", "3",
+                 "--profile-calls", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "does not fit in the run's 4 training calls" in err and "calibration for" not in out + err
+    assert not run_dir.exists()
+
+
 def test_phases_are_read_from_op_name_paths():
     assert phase_of_op_name("jit(run)/while/body/closed_call/env/ffi_call") == "env"
     assert phase_of_op_name("jit(run)/while/body/update/transpose(jvp(inference))/dot_general") == "update"

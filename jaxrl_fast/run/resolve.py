@@ -263,6 +263,7 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
         if warning and primary:
             log(warning)
         check_video(config)
+        make_plan(config, threads(config, placement))  # a --profile window that does not fit, before calibration
     except ConfigError as error:
         refusal = str(error)
     refusal = agreed(refusal, joined)
