@@ -178,6 +178,30 @@ def test_an_agent_whose_rotation_dropped_every_shared_step_is_out_of_step_not_a_
     assert agents_out_of_step(first_save_cut) == []  # starts over, as a run with no checkpoint does
 
 
+def test_an_agent_whose_checkpoint_cannot_be_read_leaves_every_agent_as_it_was(tmp_path):
+    # stopped after agent 0 saved step 20 and before agent 1 did, whose step 10 is then damaged: the
+    # resume from step 10 fails at agent 1, and must not have cut agent 0's step 20 and log first
+    import hashlib
+    import shutil
+
+    from jaxrl_fast.run.build import ResumeError, open_seeds
+
+    save_steps(seed_run_dir(tmp_path, 0), [10, 20])
+    (seed_run_dir(tmp_path, 0) / "metrics.jsonl").write_text('{"step": 10}\n{"step": 20}\n')
+    save_steps(seed_run_dir(tmp_path, 1), [10])
+    shutil.rmtree(seed_run_dir(tmp_path, 1) / "checkpoints" / "10" / "state")
+
+    def contents():
+        return {str(p.relative_to(tmp_path)): hashlib.md5(p.read_bytes()).hexdigest()
+                for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    before = contents()
+    config = make_config(num_seeds=2, run_dir=tmp_path, resume=tmp_path)
+    with pytest.raises(ResumeError, match="the checkpoint at step 10 in .*seed_1"):
+        open_seeds(config, resume=True)
+    assert contents() == before
+
+
 def off_policy_loop(num_agents, seed, **sac):
     config = make_config("Pendulum-v1", "sac", seed=seed, num_seeds=num_agents, total_steps=4_000, schedule="sync")
     config = dataclasses.replace(config, sac=dataclasses.replace(config.sac, **sac))

@@ -114,13 +114,14 @@ class Run:
         return agent_of(self.config, tree, index)
 
 
-def open_run(config: TrainConfig, resume: bool, step: int | None = None,
-             start_over: bool | None = None, primary: bool = True) -> tuple[Path, Checkpointer, Restored | None]:
+def open_run(config: TrainConfig, resume: bool, step: int | None = None, start_over: bool | None = None,
+             primary: bool = True, cut: bool = True) -> tuple[Path, Checkpointer, Restored | None]:
     """The run directory, its checkpointer and, when resuming, its checkpoint at `step` (default the
-    newest complete one). A resumed run `start_over` (default: when it stopped before its first
-    checkpoint) clears its outputs and starts from its saved config. A new run's directory was made
-    when the run was resolved (an agent's is made here). Only the `primary` process (process 0 of a
-    distributed run) creates, clears or truncates anything; the others read."""
+    newest complete one), what was written after it dropped unless not `cut` (`cut_after`'s to do
+    once every agent of a --num-seeds run is restored). A resumed run `start_over` (default: when it
+    stopped before its first checkpoint) clears its outputs and starts from its saved config. A new
+    run's directory was made when the run was resolved (an agent's is made here). Only the `primary`
+    process (process 0 of a distributed run) creates, clears or truncates anything; the others read."""
     if not primary:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
@@ -137,14 +138,20 @@ def open_run(config: TrainConfig, resume: bool, step: int | None = None,
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
         restored = restore_for_resume(checkpointer, step)
-        checkpointer.drop_after(restored.step)
-        # the log continues from the checkpoint: lines written after it are dropped (before the sink opens it),
-        # and so are the videos of those steps
-        truncate_metrics(run_dir / METRICS_FILE, restored.step)
-        drop_videos_after(run_dir, restored.step)
+        if cut:
+            cut_after(run_dir, checkpointer, restored.step)
         return run_dir, checkpointer, restored
     run_dir = create_run_dir(Path(config.run_dir))
     return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
+
+
+def cut_after(run_dir: Path, checkpointer: Checkpointer, step: int) -> None:
+    """A resumed run's outputs as they stood at its checkpoint `step`: newer checkpoints go, the log
+    continues from the checkpoint (lines written after it are dropped, before the sink opens it),
+    and so do the videos of those steps."""
+    checkpointer.drop_after(step)
+    truncate_metrics(run_dir / METRICS_FILE, step)
+    drop_videos_after(run_dir, step)
 
 
 class ResumeError(ConfigError):
@@ -185,10 +192,18 @@ def open_seeds(config: TrainConfig, resume: bool, primary: bool = True) -> tuple
     if resume and step is None:
         clear_outputs(run_dir)
     seeds = []
-    for index in range(config.num_seeds):
-        own = seed_config(config, run_dir, index)
-        _, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None)
-        seeds.append(OpenedSeed(index, own, checkpointer, restored))
+    try:  # every agent restored before any is cut: one that cannot be read changes nothing
+        for index in range(config.num_seeds):
+            own = seed_config(config, run_dir, index)
+            _, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None, cut=False)
+            seeds.append(OpenedSeed(index, own, checkpointer, restored))
+    except BaseException:
+        for seed in seeds:
+            seed.checkpointer.close()
+        raise
+    for seed in seeds:
+        if seed.restored is not None:
+            cut_after(Path(seed.config.run_dir), seed.checkpointer, seed.restored.step)
     return run_dir, seeds
 
 
