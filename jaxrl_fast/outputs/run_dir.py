@@ -37,6 +37,7 @@ PROFILE_DIR = "profile"
 # what a run writes besides config.json (a run started over in its directory moves these to previous-<n>/)
 RUN_OUTPUTS = (METRICS_FILE, SUMMARY_FILE, CURVE_FILE, TB_EVENTS, CHECKPOINT_DIR, VIDEO_DIR, PROFILE_DIR)
 PREVIOUS_PREFIX = "previous-"
+SEED_PREFIX = "seed_"  # RUN_DIR/seed_<k>: agent k of a --num-seeds run
 
 
 class RunDirError(ConfigError):
@@ -106,7 +107,7 @@ def create_run_dir(path: Path, new: bool = False, free_name: bool = False) -> Pa
             path.mkdir(parents=True, exist_ok=True)
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        for candidate in free_names(path)[:99 if free_name else 1]:
+        for candidate in free_names(path) if free_name else [path]:
             try:
                 candidate.mkdir()
                 return candidate
@@ -130,7 +131,7 @@ class RunLock:
         self.path = Path(path)
         self._fds: list[int] = []
         parent = self.path.parent
-        is_agent = self.path.name.removeprefix("seed_").isdigit() and (parent / CONFIG_FILE).exists()
+        is_agent = is_seed_run_dir(self.path) and (parent / CONFIG_FILE).exists()
         for directory in (self.path, parent) if is_agent else (self.path,):
             self._hold(directory)
 
@@ -182,10 +183,15 @@ def clear_outputs(run_dir: Path) -> Path | None:
 
 def seed_run_dir(run_dir: Path, index: int) -> Path:
     """Agent `index`'s complete run directory inside a --num-seeds run's directory."""
-    return Path(run_dir) / f"seed_{index}"
+    return Path(run_dir) / f"{SEED_PREFIX}{index}"
 
 
 def seed_run_dirs(run_dir: Path) -> list[Path]:
     """The agents' run directories of a --num-seeds run, in seed order (none for a single run)."""
-    found = [path for path in Path(run_dir).glob("seed_*") if path.name.removeprefix("seed_").isdigit()]
-    return sorted(found, key=lambda path: int(path.name.removeprefix("seed_")))
+    found = [path for path in Path(run_dir).glob(f"{SEED_PREFIX}*") if is_seed_run_dir(path)]
+    return sorted(found, key=lambda path: int(path.name.removeprefix(SEED_PREFIX)))
+
+
+def is_seed_run_dir(path: Path) -> bool:
+    """Whether `path` is named as an agent's directory of a --num-seeds run (`seed_<k>`)."""
+    return path.name.removeprefix(SEED_PREFIX).isdigit()

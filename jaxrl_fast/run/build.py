@@ -85,6 +85,7 @@ class Run:
     schedule: Schedule
     progress: ProgressDisplay
     clock: RunClock  # wall_s of every line and summary
+    previous: Path | None = None  # where a start-over (--resume, no checkpoint yet) moved what the run had written
 
     @property
     def config(self) -> TrainConfig:
@@ -115,11 +116,12 @@ class Run:
 
 
 def open_run(config: TrainConfig, resume: bool, step: int | None = None, start_over: bool | None = None,
-             primary: bool = True, cut: bool = True) -> tuple[Path, Checkpointer, Restored | None]:
+             primary: bool = True, cut: bool = True) -> tuple[Path, Checkpointer, Restored | None, Path | None]:
     """The run directory, its checkpointer and, when resuming, its checkpoint at `step` (default the
     newest complete one), what was written after it dropped unless not `cut` (`cut_after`'s to do
     once every agent of a --num-seeds run is restored). A resumed run `start_over` (default: when it
-    stopped before its first checkpoint) clears its outputs and starts from its saved config. A new
+    stopped before its first checkpoint) moves its outputs aside (the fourth value says where: None
+    when there were none, or this is not a start-over) and starts from its saved config. A new
     run's directory was made when the run was resolved (an agent's is made here). Only the `primary`
     process (process 0 of a distributed run) creates, clears or truncates anything; the others read."""
     if not primary:
@@ -127,22 +129,22 @@ def open_run(config: TrainConfig, resume: bool, step: int | None = None, start_o
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
         if start_over is None:
             start_over = resume and latest_step(run_dir) is None
-        return run_dir, checkpointer, checkpointer.restore(step) if resume and not start_over else None
+        return run_dir, checkpointer, checkpointer.restore(step) if resume and not start_over else None, None
     if start_over is None:
         start_over = resume and latest_step(Path(config.run_dir)) is None
     if start_over:
         Path(config.run_dir).mkdir(exist_ok=True)
-        clear_outputs(Path(config.run_dir))
-        return Path(config.run_dir), Checkpointer(Path(config.run_dir), config.keep_checkpoints), None
+        previous = clear_outputs(Path(config.run_dir))
+        return Path(config.run_dir), Checkpointer(Path(config.run_dir), config.keep_checkpoints), None, previous
     if resume:
         run_dir = Path(config.run_dir)
         checkpointer = Checkpointer(run_dir, config.keep_checkpoints)
         restored = restore_for_resume(checkpointer, step)
         if cut:
             cut_after(run_dir, checkpointer, restored.step)
-        return run_dir, checkpointer, restored
+        return run_dir, checkpointer, restored, None
     run_dir = create_run_dir(Path(config.run_dir))
-    return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None
+    return run_dir, Checkpointer(run_dir, config.keep_checkpoints), None, None
 
 
 def cut_after(run_dir: Path, checkpointer: Checkpointer, step: int) -> None:
@@ -179,23 +181,25 @@ def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:
                                resume=own if config.resume is not None else None)
 
 
-def open_seeds(config: TrainConfig, resume: bool, primary: bool = True) -> tuple[Path, list[OpenedSeed]]:
-    """The run directory and each agent's run; a resumed --num-seeds run restores every agent at the
-    newest step all of them saved, or starts every one over when one has no checkpoint."""
+def open_seeds(config: TrainConfig, resume: bool,
+               primary: bool = True) -> tuple[Path, list[OpenedSeed], Path | None]:
+    """The run directory, each agent's run and where a start-over moved the run directory's outputs
+    (`open_run`'s fourth value); a resumed --num-seeds run restores every agent at the newest step
+    all of them saved, or starts every one over when one has no checkpoint."""
     if config.num_seeds == 1:
         saved = latest_step(Path(config.run_dir)) if resume else None
         step = cluster.from_primary(-1 if saved is None else saved)  # every process of a run resumes from one step
-        run_dir, checkpointer, restored = open_run(config, resume, None if step < 0 else step, resume and step < 0, primary)
-        return run_dir, [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
+        run_dir, checkpointer, restored, previous = open_run(config, resume, None if step < 0 else step,
+                                                             resume and step < 0, primary)
+        return run_dir, [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)], previous
     run_dir = Path(config.run_dir)
     step = latest_step(run_dir) if resume else None
-    if resume and step is None:
-        clear_outputs(run_dir)
+    previous = clear_outputs(run_dir) if resume and step is None else None
     seeds = []
     try:  # every agent restored before any is cut: one that cannot be read changes nothing
         for index in range(config.num_seeds):
             own = seed_config(config, run_dir, index)
-            _, checkpointer, restored = open_run(own, resume, step, start_over=resume and step is None, cut=False)
+            _, checkpointer, restored, _ = open_run(own, resume, step, start_over=resume and step is None, cut=False)
             seeds.append(OpenedSeed(index, own, checkpointer, restored))
     except BaseException:
         for seed in seeds:
@@ -204,7 +208,7 @@ def open_seeds(config: TrainConfig, resume: bool, primary: bool = True) -> tuple
     for seed in seeds:
         if seed.restored is not None:
             cut_after(Path(seed.config.run_dir), seed.checkpointer, seed.restored.step)
-    return run_dir, seeds
+    return run_dir, seeds, previous
 
 
 def stacked(restored: list[Restored | None]) -> Restored | StackedRestored | None:
@@ -258,7 +262,7 @@ def record_config(run: Run) -> None:
 def build(resolved: ResolvedRun) -> Run:
     """Everything a run needs, in the order each part needs the others."""
     config, plan, placement, primary = resolved.config, resolved.plan, resolved.placement, resolved.primary
-    run_dir, opened = open_seeds(config, resolved.resume, primary)
+    run_dir, opened, previous = open_seeds(config, resolved.resume, primary)
     restored = stacked([seed.restored for seed in opened])
     agents, per_agent = config.num_seeds, config.num_envs
     # a resumed run's environments start new episodes, seeded apart from the ones the run began with
@@ -300,7 +304,7 @@ def build(resolved: ResolvedRun) -> Run:
             if seed.evaluator is not None:
                 seed.evaluator.request(agent_of(config, payload, seed.index), step)
 
-    return Run(resolved, seeds, restored, env, build_schedule(resolved, env, algo, on_eval), progress, clock)
+    return Run(resolved, seeds, restored, env, build_schedule(resolved, env, algo, on_eval), progress, clock, previous)
 
 
 def resumed_at_s(run_dir: Path, restored: Restored | StackedRestored | None) -> float:

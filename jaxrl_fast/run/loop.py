@@ -24,9 +24,9 @@ from jaxrl_fast.config.plan import Plan
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
 from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, agent_state, check_finite
-from jaxrl_fast.outputs.metrics import PROCESS_START, write_json
+from jaxrl_fast.outputs.metrics import write_json
 from jaxrl_fast.outputs.profiler import CallTracer
-from jaxrl_fast.outputs.run_dir import PREVIOUS_PREFIX, PROFILE_DIR, SUMMARY_FILE
+from jaxrl_fast.outputs.run_dir import PROFILE_DIR, SUMMARY_FILE
 from jaxrl_fast.run.build import Run, SeedRun, build, record_config
 from jaxrl_fast.run.evaluation import EvalResult
 from jaxrl_fast.run.report import LoggedEval
@@ -301,10 +301,8 @@ def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str,
     run = build(resolved)
     message = run.progress.message
     if resolved.resume and run.restored is None:
-        kept = [path for path in run.run_dir.glob(f"{PREVIOUS_PREFIX}*")  # the one this start-over just made
-                if path.name.split("-")[-1].isdigit() and path.stat().st_mtime >= PROCESS_START]
         message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config"
-                + (f" (what it wrote is in {kept[-1]})" if kept else ""))
+                + (f" (what it wrote is in {run.previous})" if run.previous else ""))
     record_config(run)
     progress = Progress(saved_at=run.restored.meta["iterations"] if run.restored else 0)
     if run.restored is not None:
