@@ -67,6 +67,20 @@ def test_one_step_samples_are_exact_transitions_and_reset_rows_weigh_nothing():
     np.testing.assert_allclose(batch.discount, np.where(t == 3, 0.0, 0.9))
 
 
+@pytest.mark.parametrize("written, n_step", [(1, 1), (2, 3), (3, 3)])
+def test_samples_drawn_before_a_window_is_written_weigh_nothing(written, n_step):
+    # an update as early as --learning-starts 0 allows: a window's rows (and its bootstrap
+    # observation) are not all written yet, and the zeros in their place must not train
+    state = add_many(init_replay(16, example()), stream(written))
+    assert int(num_sampleable(state, n_step)) == 0
+    assert not sample_all(state, n_step, 0.9, size=64).weight.any()
+    state = add_many(state, stream(1))  # one row more: the first window is whole
+    batch = sample_all(state, n_step, 0.9, size=64)
+    whole = int(num_sampleable(state, n_step))
+    assert whole == max(written + 1 - n_step, 0)
+    assert batch.weight.all() if whole else not batch.weight.any()
+
+
 def test_n_step_returns_stop_at_episode_ends():
     state = add_many(init_replay(32, example()), stream(12, done_at=(4,), trunc_at=(8,)))
     batch = sample_all(state, 3, 0.5)

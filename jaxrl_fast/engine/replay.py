@@ -156,7 +156,9 @@ def observations_at(state: ReplayState, row: jax.Array, env: jax.Array, frame_st
 
 def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: int, gamma: float,
                  envs: tuple[Any, int] | None = None, frame_stack: int = 1) -> Batch:
-    """Uniform n-step transitions. Requires `num_sampleable(state, n_step, frame_stack) > 0`.
+    """Uniform n-step transitions. While no row is sampleable yet (`num_sampleable`: an update
+    before n_step + frame_stack - 1 rows are written, as a small --learning-starts allows), the
+    samples, whose rows were never written, weigh nothing.
 
     `envs = (first, count)` samples the streams `first .. first + count - 1` only (an agent's own
     envs in a buffer its --num-seeds siblings share), drawing the numbers a buffer of `count`
@@ -199,7 +201,7 @@ def sample_batch(state: ReplayState, key: jax.Array, batch_size: int, n_step: in
         reward=reward,
         discount=discount * (1.0 - terminal.astype(jnp.float32)),
         next_obs=observations_at(state, (start + steps) % rows, env, frame_stack),
-        weight=at(state.rows.valid, 0).astype(jnp.float32),
+        weight=(at(state.rows.valid, 0) & (offset < filled - n_step)).astype(jnp.float32),
     )
     # what every update may rely on (checked at trace time)
     chex.assert_equal_shape([batch.obs, batch.next_obs])
