@@ -26,7 +26,7 @@ class SACConfig(ReplayConfig):
     autotune: bool = True
     """Tune the entropy temperature towards the target entropy."""
     target_entropy_per_action: float = -1.0
-    """Target entropy per action dimension (SB3, CleanRL: -1; jaxrl on dm_control: -0.5)."""
+    """Target entropy per action dimension, of actions at the env's scale as CleanRL's (SB3's: of the [-1, 1] action); -1 as both, jaxrl on dm_control -0.5."""
     use_sde: bool = False
     """gSDE exploration (docs/algorithms.md)."""
     sde_sample_freq: int = 32
