@@ -51,3 +51,81 @@ class Faulty(PointToTarget):
 def needs_a_package(**options):
     """A factory whose simulator is not installed, as gym:LunarLander-v3's Box2D may not be."""
     raise gymnasium.error.DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+
+
+class DiscreteFromOne(PointToTarget):
+    """Discrete actions numbered from 1 (`Discrete(3, start=1)`), which the backend refuses."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gymnasium.spaces.Discrete(3, start=1)
+
+
+class TupleObserved(PointToTarget):
+    """Observations in a Tuple space, which the backend refuses (Blackjack's kind)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gymnasium.spaces.Tuple((self.observation_space,))
+
+
+class Unbounded(PointToTarget):
+    """Actions in a Box without bounds: PPO clips to them, SAC and TD3 cannot squash into them."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+class Misbehaving(PointToTarget):
+    """PointToTarget that returns, from its `at`-th step of an episode, a NaN reward (`fault="reward"`) or
+    an observation of three numbers where its space says two (`fault="shape"`)."""
+
+    def __init__(self, fault: str = "reward", at: int = 5):
+        super().__init__()
+        self.fault, self.at = fault, at
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps >= self.at:
+            if self.fault == "reward":
+                reward = float("nan")
+            else:
+                obs = np.zeros(3, np.float32)
+        return obs, reward, terminated, truncated, info
+
+
+class OwnSpecLimit(PointToTarget):
+    """Never ends an episode itself; its spec says 12 steps, which the backend must hold it to."""
+
+    def __init__(self):
+        super().__init__()
+        self.spec = gymnasium.envs.registration.EnvSpec("OwnSpecLimit-v0", max_episode_steps=12)
+
+    def step(self, action):
+        obs, reward, _, _, info = super().step(action)
+        return obs, reward, False, False, info
+
+
+class ScalarAction(PointToTarget):
+    """A scalar Box action (shape ()); records the shapes of the actions it is given."""
+
+    shapes: set = set()
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (), np.float32)
+
+    def step(self, action):
+        ScalarAction.shapes.add(np.shape(action))
+        return super().step(action)
+
+
+class Named(PointToTarget):
+    """Records the `name` option it was made with."""
+
+    names: list = []
+
+    def __init__(self, name: str = "x"):
+        super().__init__()
+        Named.names.append(name)

@@ -13,7 +13,7 @@ import jaxrl_fast
 from jaxrl_fast.cli.train import main
 from jaxrl_fast.env import ffi_forward
 from jaxrl_fast.env.envpool import make_pool, make_xla_env
-from support import rollout
+from support import lines_of, rollout
 
 CUSTOM = "custom_envs:PointToTarget"  # tests/custom_envs.py
 
@@ -146,6 +146,10 @@ def test_an_error_in_a_python_step_reaches_the_caller_with_its_message(note):
     (["--env", CUSTOM, "--algo", "sac", "--calibrate"], "give --num-envs yourself"),
     (["--env", CUSTOM, "--algo", "dqn"], "continuous actions"),
     (["--env", CUSTOM, "--env-kwargs", "speedd=0.5"], "refused its options"),
+    (["--env", "custom_envs:DiscreteFromOne", "--algo", "dqn"], "whose actions start at 1; this backend takes"),
+    (["--env", "custom_envs:TupleObserved"], "observes Tuple(Box("),
+    (["--env", "gym:Blackjack-v1"], "this backend takes a Box or a Dict of Boxes"),
+    (["--env", "custom_envs:Unbounded", "--algo", "sac"], "action bounds are not finite (low (-inf,), high (inf,))"),
 ])
 def test_a_wrong_gymnasium_id_or_flag_gets_one_line(tmp_path, capsys, args, message):
     run_dir = tmp_path / "run"
@@ -153,3 +157,51 @@ def test_a_wrong_gymnasium_id_or_flag_gets_one_line(tmp_path, capsys, args, mess
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("reward", "custom_envs:Misbehaving returned a non-finite reward (nan) in env 0, step 5 of its episode"),
+    ("shape", "custom_envs:Misbehaving returned an observation of another shape than its observation space"),
+])
+def test_an_env_that_returns_what_cannot_be_trained_on_stops_the_run_in_one_line(tmp_path, capsys, fault, message):
+    assert main(["--env", "custom_envs:Misbehaving", "--env-kwargs", f"fault={fault}", "--total-steps", "1024",
+                 "--num-envs", "1", "--run-dir", str(tmp_path / "run"), "--progress", "off"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: " + message) and "Traceback" not in "\n".join(err), err
+
+
+def test_a_class_is_held_to_its_specs_time_limit_in_training_and_evaluation(tmp_path):
+    result = jaxrl_fast.train(env="custom_envs:OwnSpecLimit", total_steps=2048, eval_interval=1024, eval_episodes=4,
+                              run_dir=tmp_path / "run", progress="off")
+    lines = lines_of(tmp_path / "run")
+    assert {line["train/episode_length"] for line in lines if "train/episode_length" in line} == {12.0}
+    assert {line["eval/episode_length"] for line in lines if "eval/episode_length" in line} == {12.0}
+    assert result.summary["steps"] == 2048
+
+
+def test_a_scalar_box_action_reaches_the_env_and_comes_from_load_policy_in_its_shape(tmp_path):
+    from custom_envs import ScalarAction
+
+    ScalarAction.shapes.clear()
+    jaxrl_fast.train(env="custom_envs:ScalarAction", total_steps=1024, eval_interval=512, eval_episodes=2,
+                     run_dir=tmp_path / "run", progress="off")
+    assert ScalarAction.shapes == {()}  # training's envs and evaluation's alike
+    policy = jaxrl_fast.load_policy(tmp_path / "run")
+    obs, _ = ScalarAction().reset(seed=0)
+    assert policy(obs).shape == () and policy(np.stack([obs, obs])).shape == (2,)
+
+
+def test_env_kwargs_text_that_reads_as_a_number_stays_text(tmp_path):
+    from custom_envs import Named
+
+    from jaxrl_fast.env.ids import merge_env_kwargs, parse_env_kwargs
+
+    assert parse_env_kwargs(['name="007"', "size=7", "on=true", "tag='x'"]) == {"name": "007", "size": 7, "on": True,
+                                                                                "tag": "x"}
+    assert merge_env_kwargs(['name="007"'], ["size=7"]) == ('name="007"', "size=7")
+    Named.names.clear()
+    jaxrl_fast.train(env="custom_envs:Named", env_kwargs={"name": "007"}, total_steps=1024, eval_interval=0,
+                     run_dir=tmp_path / "run", progress="off")
+    assert set(Named.names) == {"007"}
+    with pytest.raises(jaxrl_fast.ConfigError, match=r"env_kwargs\['name'\] is a NoneType"):
+        jaxrl_fast.train(env="custom_envs:Named", env_kwargs={"name": None}, run_dir=tmp_path / "other")

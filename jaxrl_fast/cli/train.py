@@ -139,6 +139,7 @@ def run_command(argv: list[str], stop: StopRequest) -> int:
 
 def run_joined(inputs, stop: StopRequest, joined: cluster.Cluster) -> int:
     """The run, once this process has joined the others of a distributed run (or alone)."""
+    from jaxrl_fast.env.gymnasium_env import GymEnvError
     from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, latest_step
     from jaxrl_fast.run.build import ResumeError
     from jaxrl_fast.run.loop import run_training
@@ -160,7 +161,7 @@ def run_joined(inputs, stop: StopRequest, joined: cluster.Cluster) -> int:
     except ResumeError as error:  # found while building: a checkpoint --resume cannot read
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except (NonFiniteError, CheckpointSaveError) as error:
+    except (NonFiniteError, CheckpointSaveError, GymEnvError) as error:  # GymEnvError: what a Python env returned
         step = latest_step(resolved.run_dir)
         kept = (f"the last good checkpoint (step {step:,d}) is kept" if step is not None else
                 f"no checkpoint was written; --resume {resolved.run_dir} starts the run over")

@@ -80,6 +80,7 @@ class Forwarder:
         self.next_slot, self.registered, self.lock = 0, set(), threading.Lock()
         self.host_steps: list[HostStep] = []
         self._host_callback = None  # kept alive while the library may call it
+        self.host_errors: dict[str, BaseException] = {}  # the message XLA carries -> what the host step raised
 
     def host_slot(self, step: HostStep) -> int:
         """A new slot of the host target for `step` (and the target registered the first time)."""
@@ -101,7 +102,14 @@ class Forwarder:
             text = f"{type(error).__name__}: {error}\n{''.join(traceback.format_tb(error.__traceback__)[-3:])}"
             data = text.encode(errors="replace")[:size - 1].decode(errors="ignore").encode() + b"\0"  # whole characters
             ctypes.memmove(message, data, len(data))
+            self.host_errors[data[:-1].decode()] = error
             return 1
+
+    def raised_behind(self, failure: BaseException) -> BaseException:
+        """What a host step raised, where `failure` is XLA's error carrying its message (so the
+        caller sees the env's own exception, its type and traceback); else `failure`."""
+        text = str(failure)
+        return next((error for message, error in self.host_errors.items() if message and message in text), failure)
 
     def slot(self, cpu_capsule: Any, gpu_capsule: Any, address: int) -> int | None:
         """A new slot for one pool's entry point (None when every slot is taken)."""
@@ -145,6 +153,12 @@ def _compile(build: _Build) -> None:
 
 
 _building = threading.Lock()
+
+
+def host_error_behind(failure: BaseException) -> BaseException:
+    """`Forwarder.raised_behind` of this process's forwarder, if one was built."""
+    built = _the_forwarder() if _the_forwarder.cache_info().currsize else None
+    return failure if built is None else built.raised_behind(failure)
 
 
 def forwarder() -> Forwarder | None:

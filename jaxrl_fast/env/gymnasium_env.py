@@ -23,6 +23,7 @@ key order, as EnvPool's dicts are); actions are a Discrete or a Box.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import difflib
@@ -30,7 +31,7 @@ import functools
 import importlib
 import math
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -83,9 +84,22 @@ def constructor(env_id: str) -> tuple[Callable[..., Any], int]:
         if not isinstance(env, gymnasium.Env):
             raise GymEnvError(f"--env: {env_id} made a {type(env).__name__}, not a gymnasium.Env")
         limit = env.spec.max_episode_steps if env.spec is not None else None
-        return env if limit else gymnasium.wrappers.TimeLimit(env, DEFAULT_MAX_STEPS)
+        if limit and time_limited(env):  # as gymnasium.make wraps a registered id
+            return env
+        return gymnasium.wrappers.TimeLimit(env, limit or DEFAULT_MAX_STEPS)  # a class's own spec: held to it
 
     return made, DEFAULT_MAX_STEPS
+
+
+def time_limited(env: Any) -> bool:
+    """Whether a TimeLimit wrapper is among `env`'s wrappers."""
+    import gymnasium
+
+    while env is not None:
+        if isinstance(env, gymnasium.wrappers.TimeLimit):
+            return True
+        env = getattr(env, "env", None) if isinstance(env, gymnasium.Wrapper) else None
+    return False
 
 
 class GymPool:
@@ -117,7 +131,13 @@ class GymPool:
         action = self.vector.single_action_space
         if not isinstance(action, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
             raise GymEnvError(f"--env: {env_id} acts in {action}; this backend takes a Discrete or a Box")
+        if isinstance(action, gymnasium.spaces.Discrete) and int(action.start) != 0:
+            raise GymEnvError(f"--env: {env_id} acts in {action}, whose actions start at {int(action.start)}; this "
+                              "backend takes a Discrete whose actions start at 0 (wrap the env in a "
+                              "gymnasium.ActionWrapper that adds the start)")
         size = sum(int(np.prod(s.shape)) for s in spaces)
+        self.env_id, self.size = env_id, size
+        self.box_shape = tuple(action.shape) if isinstance(action, gymnasium.spaces.Box) else None
         self.single_observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.single_action_space = action
         self.num_envs = num_envs
@@ -130,26 +150,61 @@ class GymPool:
 
     def reset(self) -> tuple[np.ndarray, dict]:
         # seeded once: a pool reset again (the evaluator's, at each evaluation) starts new episodes, as EnvPool's does
-        obs, info = self.vector.reset(seed=None if self.seeded else self.seeds)
+        with self.shapes_checked():
+            obs, info = self.vector.reset(seed=None if self.seeded else self.seeds)
         self.seeded = True
         self.elapsed[:], self.ended[:] = 0, False
         return self.flat(obs), info
 
     def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        obs, reward, terminated, truncated, info = self.vector.step(np.asarray(action))
+        action = np.asarray(action)
+        if self.box_shape is not None:  # in the Box's shape (a scalar Box's arrive as [N, 1] from a network)
+            action = action.reshape((self.num_envs, *self.box_shape))
+        with self.shapes_checked():
+            obs, reward, terminated, truncated, info = self.vector.step(action)
         # NEXT_STEP: an env that ended on the last call was reset by this one (elapsed 0, reward 0)
         self.elapsed = np.where(self.ended, 0, self.elapsed + 1).astype(np.int32)
         self.ended = np.asarray(terminated | truncated)
         info = dict(info, elapsed_step=self.elapsed.copy())
-        return (self.flat(obs), np.asarray(reward, np.float32), np.asarray(terminated, bool),
-                np.asarray(truncated, bool), info)
+        obs, reward = self.flat(obs), np.asarray(reward, np.float32)
+        if not np.isfinite(reward).all():
+            raise GymEnvError(self.non_finite("reward", reward))
+        return obs, reward, np.asarray(terminated, bool), np.asarray(truncated, bool), info
 
     def flat(self, obs: Any) -> np.ndarray:
         """A batch of observations as float32 vectors (a Box's flattened, a Dict's in key order),
-        always a copy: the vector env (`copy=False`) overwrites its own buffer at the next step."""
-        if self.keys:
-            return flatten_observations(obs, self.keys)
-        return np.reshape(obs, (self.num_envs, -1)).astype(np.float32)
+        always a copy: the vector env (`copy=False`) overwrites its own buffer at the next step.
+        One of another size than the space's, or not finite in float32, is the env's error."""
+        try:
+            flat = (flatten_observations(obs, self.keys) if self.keys
+                    else np.reshape(obs, (self.num_envs, -1)).astype(np.float32))
+        except (ValueError, KeyError, TypeError) as error:
+            raise GymEnvError(f"{self.env_id} returned observations its observation space does not describe "
+                              f"({type(error).__name__}: {error})") from error
+        if flat.shape != (self.num_envs, self.size):
+            raise GymEnvError(f"{self.env_id} returned observations of {flat.shape[1]} numbers per env; its observation "
+                              f"space {self.vector.single_observation_space} holds {self.size}")
+        if not np.isfinite(flat).all():
+            raise GymEnvError(self.non_finite("observation", flat))
+        return flat
+
+    @contextlib.contextmanager
+    def shapes_checked(self) -> Iterator[None]:
+        """The vector env stacks each env's observation into its own buffer: one of another shape
+        than the space's fails there, with numpy's words for it."""
+        try:
+            yield
+        except ValueError as error:
+            if "wrong shape" not in str(error) and "could not broadcast" not in str(error):
+                raise
+            raise GymEnvError(f"{self.env_id} returned an observation of another shape than its observation space "
+                              f"{self.vector.single_observation_space} ({error})") from error
+
+    def non_finite(self, what: str, values: np.ndarray) -> str:
+        env = int(np.flatnonzero(~np.isfinite(values).reshape(self.num_envs, -1).all(axis=1))[0])
+        first = values.reshape(self.num_envs, -1)[env][~np.isfinite(values.reshape(self.num_envs, -1)[env])][0]
+        return (f"{self.env_id} returned a non-finite {what} ({first}) in env {env}, step {int(self.elapsed[env])} "
+                "of its episode (as float32; the learner cannot train on it)")
 
     def close(self) -> None:
         self.vector.close()

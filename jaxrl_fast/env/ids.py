@@ -223,8 +223,9 @@ def observation_keys(env_id: str) -> tuple[str, ...]:
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """`--env-kwargs` as a dict: `key=value` items, values read as bool, int, float or text; a key
-    given twice takes its last value (a preset's options, then the command line's)."""
+    """`--env-kwargs` as a dict: `key=value` items, values read as bool, int, float or text (text in
+    quotes as it is: `name="007"`); a key given twice takes its last value (a preset's options,
+    then the command line's)."""
     options: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -235,6 +236,8 @@ def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _option_value(text: str) -> Any:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":  # quoted: text as it is ("007" stays text)
+        return text[1:-1]
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for kind in (int, float):
@@ -277,7 +280,15 @@ def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
 
 def merge_env_kwargs(*items: Sequence[str]) -> tuple[str, ...]:
     """Several `--env-kwargs` lists as one, a later list's value of a key replacing an earlier one's."""
-    return tuple(f"{key}={value}" for key, value in parse_env_kwargs([i for part in items for i in part]).items())
+    return tuple(option_text(key, value) for key, value in parse_env_kwargs([i for part in items for i in part]).items())
+
+
+def option_text(key: str, value: Any) -> str:
+    """`key=value` as `parse_env_kwargs` reads it back to `value`: text that would read as something
+    else ("007", "true") is quoted."""
+    if isinstance(value, str) and _option_value(value) != value:
+        return f'{key}="{value}"'
+    return f"{key}={value}"
 
 
 def evaluation_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ observations flattened into one float32 vector in key order."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import jax
@@ -49,8 +50,9 @@ def random_actions_np(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.nda
 
 def observation_keys_of(space: Any) -> tuple[str, ...]:
     """The keys of a dict observation space in the order they are flattened (sorted by name), or ()
-    for one array."""
-    return tuple(sorted(getattr(space, "spaces", {}) or ()))
+    for one array (or a space of another kind, a Tuple's, which the backends then refuse)."""
+    spaces = getattr(space, "spaces", None)
+    return tuple(sorted(spaces)) if isinstance(spaces, Mapping) else ()
 
 
 def flatten_observations(obs: Any, keys: Sequence[str]) -> Any:

@@ -479,6 +479,8 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, best: bool = Fa
         check_observation_shape(obs.shape, tuple(spec.obs_shape), spec.env_id)
         single = obs.shape == tuple(spec.obs_shape)
         actions = np.asarray(act(obs[None] if single else obs))
+        if not spec.discrete:  # in the space's own shape (a scalar Box's too)
+            actions = actions.reshape((actions.shape[0], *spec.action_shape))
         return actions[0] if single else actions
 
     policy.step = step  # which checkpoint (or best evaluation) it came from

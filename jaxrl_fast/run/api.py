@@ -110,8 +110,19 @@ def with_env_kwargs(config: TrainConfig, overrides: dict[str, Any]) -> dict[str,
         return overrides
     if isinstance(given, str):  # one key=value string, as one --env-kwargs flag takes (not its letters)
         given = [given]
-    items = [f"{key}={value}" for key, value in given.items()] if isinstance(given, dict) else list(given)
+    items = [option_item(key, value) for key, value in given.items()] if isinstance(given, dict) else list(given)
     return dict(overrides, env_kwargs=merge_env_kwargs(config.env_kwargs, items))
+
+
+def option_item(key: str, value: Any) -> str:
+    """One `env_kwargs` entry as the `key=value` text `--env-kwargs` reads back to the same value
+    ("007" stays text)."""
+    from jaxrl_fast.env.ids import option_text
+
+    if isinstance(value, (str, bool, int, float)):
+        return option_text(key, value)
+    raise ConfigError(f"env_kwargs[{key!r}] is a {type(value).__name__}; env options take a bool, an int, a float "
+                      "or a str")
 
 
 def films(video_interval: Any) -> None:

@@ -23,6 +23,8 @@ import numpy as np
 from jaxrl_fast.config.plan import Plan
 from jaxrl_fast.engine import cluster
 from jaxrl_fast.engine import placement as placements
+from jaxrl_fast.env.ffi_forward import host_error_behind
+from jaxrl_fast.env.gymnasium_env import GymEnvError
 from jaxrl_fast.outputs.checkpoint import CheckpointSaveError, NonFiniteError, agent_state, check_finite
 from jaxrl_fast.outputs.metrics import write_json
 from jaxrl_fast.outputs.profiler import CallTracer
@@ -329,8 +331,9 @@ def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str,
     except (NonFiniteError, CheckpointSaveError) as failure:  # the caller reports these in one line
         progress.error = failure
     except Exception as failure:  # a failing schedule thread: stop, keep what was written
-        progress.error = failure
-        log.error("training stopped: %s", failure)
+        progress.error = host_error_behind(failure)  # a Python env's own error, not XLA's text of it
+        if not isinstance(progress.error, GymEnvError):  # the caller reports that one in one line
+            log.error("training stopped: %s", failure)
     finally:
         progress.profile = tracer.close() if tracer else None  # a window the run ended inside is written too
         run.schedule.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -194,6 +195,11 @@ def check_actions(config: TrainConfig, spec: EnvSpec) -> None:
         raise ConfigError(error)
     if spec.discrete and getattr(algo_config(config), "use_sde", False):
         raise ConfigError(f"--{config.algo}.use-sde needs continuous actions; {config.env} has discrete actions")
+    bounds = spec.action_low + spec.action_high
+    if config.algo in OFF_POLICY and not all(math.isfinite(bound) for bound in bounds):
+        raise ConfigError(f"--algo {config.algo}: {config.env}'s action bounds are not finite (low {spec.action_low}, "
+                          f"high {spec.action_high}); {config.algo} squashes its actions into them (give the env's "
+                          "action space finite bounds, or use ppo, which clips)")
 
 
 def check_backend(config: TrainConfig, spec: EnvSpec) -> None:
