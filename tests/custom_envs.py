@@ -78,20 +78,25 @@ class Unbounded(PointToTarget):
 
 
 class Misbehaving(PointToTarget):
-    """PointToTarget that returns, from its `at`-th step of an episode, a NaN reward (`fault="reward"`) or
-    an observation of three numbers where its space says two (`fault="shape"`)."""
+    """PointToTarget that returns, from its `at`-th step of an episode, a NaN reward (`fault="reward"`),
+    an observation of three numbers where its space says two (`fault="shape"`) or one of shape
+    [2, 1] (`fault="dims"`); in env `only` alone (its seed's parity), else in every env."""
 
-    def __init__(self, fault: str = "reward", at: int = 5):
+    def __init__(self, fault: str = "reward", at: int = 5, only: int = -1):
         super().__init__()
-        self.fault, self.at = fault, at
+        self.fault, self.at, self.only, self.seed = fault, at, only, None
+
+    def reset(self, *, seed=None, options=None):
+        self.seed = seed if seed is not None else self.seed
+        return super().reset(seed=seed, options=options)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
-        if self.steps >= self.at:
+        if self.steps >= self.at and (self.only < 0 or self.seed % 2 == self.only):
             if self.fault == "reward":
                 reward = float("nan")
             else:
-                obs = np.zeros(3, np.float32)
+                obs = np.zeros(3 if self.fault == "shape" else (2, 1), np.float32)
         return obs, reward, terminated, truncated, info
 
 

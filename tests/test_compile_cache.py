@@ -135,6 +135,15 @@ def test_an_entry_cut_short_is_rewritten_by_the_next_run_that_compiles_it(tmp_pa
     assert not list(tmp_path.rglob("*.partial"))  # each write landed through its rename
 
 
+def test_a_partial_write_left_by_a_killed_run_is_swept_once_it_is_old(tmp_path):
+    old, fresh = tmp_path / ".jit_f-1-cache.a.partial", tmp_path / ".jit_f-1-cache.b.partial"
+    for path in (old, fresh):
+        path.write_bytes(b"x")
+    os.utime(old, (0, 0))  # a write no run is still making
+    compile_cache.sweep_partials(tmp_path)
+    assert not old.exists() and fresh.exists()  # a fresh one may be another run's, about to be renamed
+
+
 SAC_RUN = ("--algo", "sac", "--env", "Pendulum-v1", "--total-steps", "600", "--sac.learning-starts", "256")
 GYM_RUN = ("--env", "gym:CartPole-v1")  # Python envs, stepped through `ffi_forward`'s host target
 

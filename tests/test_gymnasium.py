@@ -159,15 +159,37 @@ def test_a_wrong_gymnasium_id_or_flag_gets_one_line(tmp_path, capsys, args, mess
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("fault, message", [
-    ("reward", "custom_envs:Misbehaving returned a non-finite reward (nan) in env 0, step 5 of its episode"),
-    ("shape", "custom_envs:Misbehaving returned an observation of another shape than its observation space"),
+@pytest.mark.parametrize("options, flags, message", [
+    (["fault=reward"], [], "custom_envs:Misbehaving returned a non-finite reward (nan) in env 0, step 5 of its episode"),
+    (["fault=shape"], [], "custom_envs:Misbehaving returned an observation of shape (3,) at step 5 of its episode; its"),
+    # one env of two, in another dimensionality (numpy's stacking words differ for each)
+    (["fault=dims", "only=1"], [], "returned an observation of shape (2, 1) at step 5 of its episode"),
+    # SAC on a Python env takes `async` (auto): the actors step the envs outside any program
+    (["fault=reward"], ["--algo", "sac", "--sac.learning-starts", "256"], "returned a non-finite reward (nan) in env"),
 ])
-def test_an_env_that_returns_what_cannot_be_trained_on_stops_the_run_in_one_line(tmp_path, capsys, fault, message):
-    assert main(["--env", "custom_envs:Misbehaving", "--env-kwargs", f"fault={fault}", "--total-steps", "1024",
-                 "--num-envs", "1", "--run-dir", str(tmp_path / "run"), "--progress", "off"]) == 1
+def test_an_env_that_returns_what_cannot_be_trained_on_stops_the_run_in_one_line(tmp_path, capsys, options, flags, message):
+    assert main(["--env", "custom_envs:Misbehaving", "--env-kwargs", *options, *flags, "--total-steps", "1024",
+                 "--num-envs", "2", "--run-dir", str(tmp_path / "run"), "--progress", "off"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: " + message) and "Traceback" not in "\n".join(err), err
+    assert err[-1].startswith("error: ") and message in err[-1] and "Traceback" not in "\n".join(err), err
+
+
+def test_without_the_host_target_an_envs_error_is_one_line_too(tmp_path):
+    # the io_callback path (no C compiler, or the forwarder turned off) carries the error as text too: the
+    # run's last line is the env's error
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))  # custom_envs
+    env = dict(os.environ, JAXRL_FAST_FFI_FORWARD="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "jaxrl_fast.train", "--env", "custom_envs:Misbehaving",
+                           "--total-steps", "1024", "--num-envs", "2", "--run-dir", str(tmp_path / "run"),
+                           "--progress", "off"], env=env, capture_output=True, text=True, timeout=600)
+    err = done.stderr.strip().splitlines()  # JAX logs the callback's failure, with its traceback, before it
+    assert done.returncode == 1 and err[-1].startswith("error: custom_envs:Misbehaving returned a non-finite reward "
+                                                       "(nan) in env 0, step 5"), done.stderr
 
 
 def test_a_class_is_held_to_its_specs_time_limit_in_training_and_evaluation(tmp_path):
@@ -179,12 +201,14 @@ def test_a_class_is_held_to_its_specs_time_limit_in_training_and_evaluation(tmp_
     assert result.summary["steps"] == 2048
 
 
-def test_a_scalar_box_action_reaches_the_env_and_comes_from_load_policy_in_its_shape(tmp_path):
+@pytest.mark.parametrize("algo, flags", [("ppo", {}), ("sac", {"schedule": "sync"}), ("td3", {"schedule": "async"})])
+def test_a_scalar_box_action_reaches_the_env_and_comes_from_load_policy_in_its_shape(tmp_path, algo, flags):
     from custom_envs import ScalarAction
 
     ScalarAction.shapes.clear()
-    jaxrl_fast.train(env="custom_envs:ScalarAction", total_steps=1024, eval_interval=512, eval_episodes=2,
-                     run_dir=tmp_path / "run", progress="off")
+    warm_up = {} if algo == "ppo" else {algo: {"learning_starts": 256}}  # short: the policy acts too
+    jaxrl_fast.train(env="custom_envs:ScalarAction", algo=algo, total_steps=1024, eval_interval=512, eval_episodes=2,
+                     run_dir=tmp_path / "run", progress="off", **flags, **warm_up)
     assert ScalarAction.shapes == {()}  # training's envs and evaluation's alike
     policy = jaxrl_fast.load_policy(tmp_path / "run")
     obs, _ = ScalarAction().reset(seed=0)
@@ -194,14 +218,20 @@ def test_a_scalar_box_action_reaches_the_env_and_comes_from_load_policy_in_its_s
 def test_env_kwargs_text_that_reads_as_a_number_stays_text(tmp_path):
     from custom_envs import Named
 
-    from jaxrl_fast.env.ids import merge_env_kwargs, parse_env_kwargs
+    from jaxrl_fast.env.ids import merge_env_kwargs, option_text, parse_env_kwargs
 
     assert parse_env_kwargs(['name="007"', "size=7", "on=true", "tag='x'"]) == {"name": "007", "size": 7, "on": True,
                                                                                 "tag": "x"}
     assert merge_env_kwargs(['name="007"'], ["size=7"]) == ('name="007"', "size=7")
+    for value in ["007", "true", " padded", "nan", "x", 7, 2.5, True]:
+        assert parse_env_kwargs([option_text("k", value)]) == {"k": value}
     Named.names.clear()
     jaxrl_fast.train(env="custom_envs:Named", env_kwargs={"name": "007"}, total_steps=1024, eval_interval=0,
                      run_dir=tmp_path / "run", progress="off")
     assert set(Named.names) == {"007"}
+    Named.names.clear()
+    jaxrl_fast.train(env="custom_envs:Named", env_kwargs={"name": np.str_("008")}, total_steps=1024, eval_interval=0,
+                     run_dir=tmp_path / "numpy", progress="off")
+    assert set(Named.names) == {"008"}
     with pytest.raises(jaxrl_fast.ConfigError, match=r"env_kwargs\['name'\] is a NoneType"):
         jaxrl_fast.train(env="custom_envs:Named", env_kwargs={"name": None}, run_dir=tmp_path / "other")

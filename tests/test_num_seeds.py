@@ -202,6 +202,22 @@ def test_an_agent_whose_checkpoint_cannot_be_read_leaves_every_agent_as_it_was(t
     assert contents() == before
 
 
+def test_a_start_over_moves_each_agents_outputs_and_says_where(tmp_path):
+    from jaxrl_fast.outputs.run_dir import is_seed_run_dir
+    from jaxrl_fast.run.build import open_seeds
+
+    for k in range(2):  # killed before any checkpoint: logs only
+        seed_run_dir(tmp_path, k).mkdir(parents=True)
+        (seed_run_dir(tmp_path, k) / "metrics.jsonl").write_text('{"step": 10}\n')
+    _, seeds, moved = open_seeds(make_config(num_seeds=2, run_dir=tmp_path, resume=tmp_path), resume=True)
+    for seed in seeds:
+        seed.checkpointer.close()
+    assert moved == [seed_run_dir(tmp_path, k) / "previous-1" for k in range(2)]
+    assert all((path / "metrics.jsonl").exists() for path in moved)
+    assert [is_seed_run_dir(tmp_path / name) for name in ("seed_3", "42", "seed_", "seed_\u00b2", "seeds")] == [
+        True, False, False, False, False]
+
+
 def off_policy_loop(num_agents, seed, **sac):
     config = make_config("Pendulum-v1", "sac", seed=seed, num_seeds=num_agents, total_steps=4_000, schedule="sync")
     config = dataclasses.replace(config, sac=dataclasses.replace(config.sac, **sac))

@@ -19,9 +19,11 @@ first `enable` in a process decides where it is.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -82,7 +84,21 @@ def enable() -> Path | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # every size, no override
     heal_entries()
+    sweep_partials(path)
     return path
+
+
+PARTIAL_SUFFIX = ".partial"
+PARTIAL_AGE_S = 3600.0  # a write this old is a run killed between the write and its rename
+
+
+def sweep_partials(path: Path) -> None:
+    """Remove the partial writes of runs killed before their rename (`heal_entries`)."""
+    cutoff = time.time() - PARTIAL_AGE_S
+    for partial in path.glob(f".*{PARTIAL_SUFFIX}"):
+        with contextlib.suppress(OSError):  # another run swept it, or it is another's to keep
+            if partial.stat().st_mtime < cutoff:
+                partial.unlink()
 
 
 def heal_entries() -> None:
@@ -93,7 +109,7 @@ def heal_entries() -> None:
     try:
         from jax._src import compilation_cache, lru_cache
 
-        cache_class, suffix = lru_cache.LRUCache, lru_cache._CACHE_SUFFIX
+        cache_class, suffix, local = lru_cache.LRUCache, lru_cache._CACHE_SUFFIX, lru_cache._is_local_filesystem
         decompress = compilation_cache.decompress_executable
         jax_put = cache_class.put
     except (ImportError, AttributeError) as error:
@@ -110,14 +126,14 @@ def heal_entries() -> None:
 
     @functools.wraps(jax_put)
     def put(self, key: str, value: bytes) -> None:
-        path = Path(os.fspath(self._path)) / f"{key}{suffix}"  # local: `enable` made the directory
-        if not key or getattr(self, "eviction_enabled", True):
-            return jax_put(self, key, value)  # eviction's lock and bookkeeping (a size limit set): JAX's
+        if not key or getattr(self, "eviction_enabled", True) or not local(str(self._path)):
+            return jax_put(self, key, value)  # eviction's lock and bookkeeping (a size limit set), a remote cache: JAX's
+        path = Path(os.fspath(self._path)) / f"{key}{suffix}"
         if path.exists():
             if readable(path):
                 return None
             log.info("compilation cache: replacing the unreadable entry %s", path.name)
-        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
         try:
             partial.write_bytes(value)
             os.replace(partial, path)  # readers see no entry or a whole one

@@ -80,7 +80,6 @@ class Forwarder:
         self.next_slot, self.registered, self.lock = 0, set(), threading.Lock()
         self.host_steps: list[HostStep] = []
         self._host_callback = None  # kept alive while the library may call it
-        self.host_errors: dict[str, BaseException] = {}  # the message XLA carries -> what the host step raised
 
     def host_slot(self, step: HostStep) -> int:
         """A new slot of the host target for `step` (and the target registered the first time)."""
@@ -102,14 +101,8 @@ class Forwarder:
             text = f"{type(error).__name__}: {error}\n{''.join(traceback.format_tb(error.__traceback__)[-3:])}"
             data = text.encode(errors="replace")[:size - 1].decode(errors="ignore").encode() + b"\0"  # whole characters
             ctypes.memmove(message, data, len(data))
-            self.host_errors[data[:-1].decode()] = error
+            note_host_error(error)
             return 1
-
-    def raised_behind(self, failure: BaseException) -> BaseException:
-        """What a host step raised, where `failure` is XLA's error carrying its message (so the
-        caller sees the env's own exception, its type and traceback); else `failure`."""
-        text = str(failure)
-        return next((error for message, error in self.host_errors.items() if message and message in text), failure)
 
     def slot(self, cpu_capsule: Any, gpu_capsule: Any, address: int) -> int | None:
         """A new slot for one pool's entry point (None when every slot is taken)."""
@@ -155,10 +148,25 @@ def _compile(build: _Build) -> None:
 _building = threading.Lock()
 
 
+_last_host_error: BaseException | None = None  # what a host step raised last, until a caller takes it
+
+
+def note_host_error(error: BaseException) -> None:
+    """Keep what a host step (this target's, or an `io_callback`'s) raised: XLA hands the caller
+    only its text. One, the last: a failing step stops the program that called it."""
+    global _last_host_error
+    _last_host_error = error
+
+
 def host_error_behind(failure: BaseException) -> BaseException:
-    """`Forwarder.raised_behind` of this process's forwarder, if one was built."""
-    built = _the_forwarder() if _the_forwarder.cache_info().currsize else None
-    return failure if built is None else built.raised_behind(failure)
+    """The exception a host step raised, where `failure` is XLA's error carrying its text (the
+    env's own, with its type and traceback), taken once; else `failure`."""
+    global _last_host_error
+    noted = _last_host_error
+    if noted is not None and f"{type(noted).__name__}: {noted}" in str(failure):
+        _last_host_error = None
+        return noted
+    return failure
 
 
 def forwarder() -> Forwarder | None:

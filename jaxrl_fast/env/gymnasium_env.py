@@ -23,7 +23,6 @@ key order, as EnvPool's dicts are); actions are a Discrete or a Box.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import difflib
@@ -31,7 +30,8 @@ import functools
 import importlib
 import math
 import weakref
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -91,6 +91,53 @@ def constructor(env_id: str) -> tuple[Callable[..., Any], int]:
     return made, DEFAULT_MAX_STEPS
 
 
+def checked_env(make: Callable[..., Any], env_id: str, **options: Any) -> Any:
+    """One env of `make`, its observations checked against its space's shapes (`ShapeChecked`)."""
+    return _shape_checked()(make(**options), env_id)
+
+
+@functools.lru_cache(maxsize=None)
+def _shape_checked() -> type:
+    """`ShapeChecked(env, env_id)`, a Gymnasium wrapper (made at the first use: Gymnasium is
+    imported only by runs that use this backend)."""
+    import gymnasium
+
+    class ShapeChecked(gymnasium.Wrapper):
+        """Refuses an observation of another shape than its space's (a Box's, or a Dict's per key)
+        in a GymEnvError naming the env and the step; the vector env would fail stacking it, in
+        numpy's words."""
+
+        def __init__(self, env: Any, env_id: str):
+            super().__init__(env)
+            space, self.env_id, self.steps = env.observation_space, env_id, 0
+            keys = observation_keys_of(space)
+            self.shapes = {k: tuple(space.spaces[k].shape) for k in keys} if keys else tuple(space.shape or ())
+
+        def reset(self, **kwargs: Any) -> Any:
+            obs, info = self.env.reset(**kwargs)
+            self.steps = 0
+            self.check(obs)
+            return obs, info
+
+        def step(self, action: Any) -> Any:
+            result = self.env.step(action)
+            self.steps += 1
+            self.check(result[0])
+            return result
+
+        def check(self, obs: Any) -> None:
+            if isinstance(self.shapes, dict):
+                got = ({k: tuple(np.shape(obs[k])) if k in obs else "missing" for k in self.shapes}
+                       if isinstance(obs, Mapping) else type(obs).__name__)
+            else:
+                got = tuple(np.shape(obs))
+            if got != self.shapes:
+                raise GymEnvError(f"{self.env_id} returned an observation of shape {got} at step {self.steps} of its "
+                                  f"episode; its observation space {self.observation_space} says {self.shapes}")
+
+    return ShapeChecked
+
+
 def time_limited(env: Any) -> bool:
     """Whether a TimeLimit wrapper is among `env`'s wrappers."""
     import gymnasium
@@ -114,7 +161,7 @@ class GymPool:
         try:
             # copy=False: the vector env then hands back its own observation buffer, which its next step
             # overwrites; `flat` copies it (`astype` copies by default, `concatenate` always), so keep it so
-            self.vector = SyncVectorEnv([functools.partial(make, **options) for _ in range(num_envs)],
+            self.vector = SyncVectorEnv([functools.partial(checked_env, make, env_id, **options) for _ in range(num_envs)],
                                         autoreset_mode=AutoresetMode.NEXT_STEP, copy=False)
         except TypeError as error:  # an option the constructor does not take, or a callable that makes no env
             if not options:
@@ -150,8 +197,7 @@ class GymPool:
 
     def reset(self) -> tuple[np.ndarray, dict]:
         # seeded once: a pool reset again (the evaluator's, at each evaluation) starts new episodes, as EnvPool's does
-        with self.shapes_checked():
-            obs, info = self.vector.reset(seed=None if self.seeded else self.seeds)
+        obs, info = self.vector.reset(seed=None if self.seeded else self.seeds)
         self.seeded = True
         self.elapsed[:], self.ended[:] = 0, False
         return self.flat(obs), info
@@ -160,8 +206,7 @@ class GymPool:
         action = np.asarray(action)
         if self.box_shape is not None:  # in the Box's shape (a scalar Box's arrive as [N, 1] from a network)
             action = action.reshape((self.num_envs, *self.box_shape))
-        with self.shapes_checked():
-            obs, reward, terminated, truncated, info = self.vector.step(action)
+        obs, reward, terminated, truncated, info = self.vector.step(action)
         # NEXT_STEP: an env that ended on the last call was reset by this one (elapsed 0, reward 0)
         self.elapsed = np.where(self.ended, 0, self.elapsed + 1).astype(np.int32)
         self.ended = np.asarray(terminated | truncated)
@@ -187,18 +232,6 @@ class GymPool:
         if not np.isfinite(flat).all():
             raise GymEnvError(self.non_finite("observation", flat))
         return flat
-
-    @contextlib.contextmanager
-    def shapes_checked(self) -> Iterator[None]:
-        """The vector env stacks each env's observation into its own buffer: one of another shape
-        than the space's fails there, with numpy's words for it."""
-        try:
-            yield
-        except ValueError as error:
-            if "wrong shape" not in str(error) and "could not broadcast" not in str(error):
-                raise
-            raise GymEnvError(f"{self.env_id} returned an observation of another shape than its observation space "
-                              f"{self.vector.single_observation_space} ({error})") from error
 
     def non_finite(self, what: str, values: np.ndarray) -> str:
         env = int(np.flatnonzero(~np.isfinite(values).reshape(self.num_envs, -1).all(axis=1))[0])
@@ -285,7 +318,11 @@ def _host_call(pool: Callable[[], GymPool | None], action: jax.ShapeDtypeStruct,
     forwarder = ffi_forward.forwarder()
     if forwarder is None:
         def host_step(action: np.ndarray) -> tuple[np.ndarray, ...]:
-            return _stepped(pool(), action)
+            try:
+                return _stepped(pool(), action)
+            except BaseException as error:
+                ffi_forward.note_host_error(error)  # XLA hands the caller its text only
+                raise
 
         def by_callback(handle: jax.Array, action: jax.Array) -> tuple[jax.Array, ...]:
             from jax.experimental import io_callback

@@ -285,8 +285,8 @@ def merge_env_kwargs(*items: Sequence[str]) -> tuple[str, ...]:
 
 def option_text(key: str, value: Any) -> str:
     """`key=value` as `parse_env_kwargs` reads it back to `value`: text that would read as something
-    else ("007", "true") is quoted."""
-    if isinstance(value, str) and _option_value(value) != value:
+    else ("007", "true", " padded") is quoted."""
+    if isinstance(value, str) and _option_value(value.strip()) != value:  # read back stripped, then typed
         return f'{key}="{value}"'
     return f"{key}={value}"
 

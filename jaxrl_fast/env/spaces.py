@@ -34,18 +34,20 @@ def seeds_of_envs(seed: int | Sequence[int], num_envs: int) -> list[int]:
 
 
 def random_actions(spec: EnvSpec, key: jax.Array, n: int) -> jax.Array:
-    """Uniform random actions for `n` envs: int32 indices, or floats within the action bounds."""
+    """Uniform random actions for `n` envs: int32 indices, or floats within the action bounds,
+    `[n, A]` as the networks give them (A: the Box's size; a scalar Box's is 1; the backends
+    reshape an action to the Box's own shape)."""
     if spec.discrete:
         return jax.random.randint(key, (n,), 0, spec.num_actions)
     low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
-    return jax.random.uniform(key, (n, *spec.action_shape), minval=low, maxval=high)
+    return jax.random.uniform(key, (n, len(spec.action_low)), minval=low, maxval=high)
 
 
 def random_actions_np(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     """`random_actions` on the host, for EnvPool's Python API."""
     if spec.discrete:
         return rng.integers(0, spec.num_actions, size=n)
-    return rng.uniform(spec.action_low, spec.action_high, size=(n, *spec.action_shape)).astype(np.float32)
+    return rng.uniform(spec.action_low, spec.action_high, size=(n, len(spec.action_low))).astype(np.float32)
 
 
 def observation_keys_of(space: Any) -> tuple[str, ...]:

@@ -194,4 +194,4 @@ def seed_run_dirs(run_dir: Path) -> list[Path]:
 
 def is_seed_run_dir(path: Path) -> bool:
     """Whether `path` is named as an agent's directory of a --num-seeds run (`seed_<k>`)."""
-    return path.name.removeprefix(SEED_PREFIX).isdigit()
+    return path.name.startswith(SEED_PREFIX) and path.name[len(SEED_PREFIX):].isdecimal()

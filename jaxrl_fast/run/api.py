@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.types import ConfigError
 
@@ -119,6 +121,8 @@ def option_item(key: str, value: Any) -> str:
     ("007" stays text)."""
     from jaxrl_fast.env.ids import option_text
 
+    if isinstance(value, np.generic):  # a numpy scalar (np.int64(7)): its Python value
+        value = value.item()
     if isinstance(value, (str, bool, int, float)):
         return option_text(key, value)
     raise ConfigError(f"env_kwargs[{key!r}] is a {type(value).__name__}; env options take a bool, an int, a float "

@@ -85,7 +85,7 @@ class Run:
     schedule: Schedule
     progress: ProgressDisplay
     clock: RunClock  # wall_s of every line and summary
-    previous: Path | None = None  # where a start-over (--resume, no checkpoint yet) moved what the run had written
+    previous: list[Path] = dataclasses.field(default_factory=list)  # where a start-over (--resume, no checkpoint yet) moved what the run had written
 
     @property
     def config(self) -> TrainConfig:
@@ -182,25 +182,28 @@ def seed_config(config: TrainConfig, run_dir: Path, index: int) -> TrainConfig:
 
 
 def open_seeds(config: TrainConfig, resume: bool,
-               primary: bool = True) -> tuple[Path, list[OpenedSeed], Path | None]:
-    """The run directory, each agent's run and where a start-over moved the run directory's outputs
-    (`open_run`'s fourth value); a resumed --num-seeds run restores every agent at the newest step
-    all of them saved, or starts every one over when one has no checkpoint."""
+               primary: bool = True) -> tuple[Path, list[OpenedSeed], list[Path]]:
+    """The run directory, each agent's run and where a start-over moved outputs (the run
+    directory's and each agent's: `open_run`'s fourth value); a resumed --num-seeds run restores
+    every agent at the newest step all of them saved, or starts every one over when one has no
+    checkpoint."""
     if config.num_seeds == 1:
         saved = latest_step(Path(config.run_dir)) if resume else None
         step = cluster.from_primary(-1 if saved is None else saved)  # every process of a run resumes from one step
         run_dir, checkpointer, restored, previous = open_run(config, resume, None if step < 0 else step,
                                                              resume and step < 0, primary)
-        return run_dir, [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)], previous
+        opened = [OpenedSeed(0, dataclasses.replace(config, run_dir=run_dir), checkpointer, restored)]
+        return run_dir, opened, [previous] if previous else []
     run_dir = Path(config.run_dir)
     step = latest_step(run_dir) if resume else None
-    previous = clear_outputs(run_dir) if resume and step is None else None
+    moved = [clear_outputs(run_dir)] if resume and step is None else []
     seeds = []
     try:  # every agent restored before any is cut: one that cannot be read changes nothing
         for index in range(config.num_seeds):
             own = seed_config(config, run_dir, index)
-            _, checkpointer, restored, _ = open_run(own, resume, step, start_over=resume and step is None, cut=False)
+            _, checkpointer, restored, previous = open_run(own, resume, step, start_over=resume and step is None, cut=False)
             seeds.append(OpenedSeed(index, own, checkpointer, restored))
+            moved.append(previous)
     except BaseException:
         for seed in seeds:
             seed.checkpointer.close()
@@ -208,7 +211,7 @@ def open_seeds(config: TrainConfig, resume: bool,
     for seed in seeds:
         if seed.restored is not None:
             cut_after(Path(seed.config.run_dir), seed.checkpointer, seed.restored.step)
-    return run_dir, seeds, previous
+    return run_dir, seeds, [path for path in moved if path is not None]
 
 
 def stacked(restored: list[Restored | None]) -> Restored | StackedRestored | None:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import time
 from typing import Any, Callable
 
@@ -283,6 +284,13 @@ def placement_text(record: dict[str, Any]) -> str:
     return f"placement {record['mode']} ({', '.join(details)})"
 
 
+def env_error_behind(failure: BaseException) -> BaseException:
+    """What a Python env raised behind `failure`: XLA's error of a host step, or an actor thread's
+    (raised from it); else `failure`."""
+    failure = host_error_behind(failure)
+    return failure.__cause__ if isinstance(failure.__cause__, GymEnvError) else failure
+
+
 def run_training(resolved: ResolvedRun, stop: StopRequest | None = None) -> dict[str, Any]:
     """Train the resolved run; returns the summary that is also written to `summary.json`.
 
@@ -304,7 +312,8 @@ def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str,
     message = run.progress.message
     if resolved.resume and run.restored is None:
         message(f"{run.run_dir} has no checkpoint yet: starting the run over from its saved config"
-                + (f" (what it wrote is in {run.previous})" if run.previous else ""))
+                + (f" (what it wrote is in {', '.join(os.path.relpath(path, run.run_dir) for path in run.previous)} of "
+                   f"{run.run_dir})" if run.previous else ""))
     record_config(run)
     progress = Progress(saved_at=run.restored.meta["iterations"] if run.restored else 0)
     if run.restored is not None:
@@ -331,7 +340,7 @@ def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str,
     except (NonFiniteError, CheckpointSaveError) as failure:  # the caller reports these in one line
         progress.error = failure
     except Exception as failure:  # a failing schedule thread: stop, keep what was written
-        progress.error = host_error_behind(failure)  # a Python env's own error, not XLA's text of it
+        progress.error = env_error_behind(failure)  # a Python env's own error, not XLA's text of it
         if not isinstance(progress.error, GymEnvError):  # the caller reports that one in one line
             log.error("training stopped: %s", failure)
     finally:
