@@ -182,6 +182,75 @@ def test_resume_of_a_damaged_config_or_checkpoint_is_one_line_and_changes_nothin
     assert contents() == before  # the log, the config and the other files as they were
 
 
+def test_a_replay_file_cut_short_is_refused_before_the_resume_changes_anything(tmp_path, capsys):
+    import hashlib
+
+    run_dir = tmp_path / "run"
+    assert main(["--algo", "sac", "--env", "Pendulum-v1", "--total-steps", "1024", "--sac.learning-starts", "256",
+                 "--eval-interval", "0", "--run-dir", str(run_dir), "--progress", "off"]) == 0
+    (replay, *_) = sorted((run_dir / "checkpoints").glob("*/streamed/*.npy"), key=lambda p: -p.stat().st_size)
+    with open(replay, "r+b") as f:
+        f.truncate(replay.stat().st_size // 2)
+
+    def contents():
+        return {str(p.relative_to(run_dir)): hashlib.md5(p.read_bytes()).hexdigest()
+                for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+    before = contents()
+    assert main(["--resume", str(run_dir), "--total-steps", "2048"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --resume: the checkpoint at step 1024") and "ends early" in err[-1], err
+    assert contents() == before
+
+
+def test_a_resumed_run_keeps_when_its_target_was_first_reached_and_rates_only_its_own_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    first = train(make_config(run_dir=run_dir, total_steps=4096, log_interval=512, eval_interval=512, eval_episodes=2,
+                              target_return=5.0, progress="off"))  # any policy scores 5: the first evaluation
+    assert first["target_step"] == 512 and first["steps"] < 4096
+    resumed = jaxrl_fast.train(resume=run_dir, total_steps=4096).summary
+    assert resumed["target_step"] == 512 and resumed["time_to_target_s"] == pytest.approx(first["time_to_target_s"], abs=0.01)
+    assert resumed["steps"] == 4096  # given more steps, it trains on to them
+    assert resumed["sps"] * resumed["train_s"] == pytest.approx(4096 - first["steps"])  # this process's steps
+
+
+def test_a_concurrent_resume_with_no_iteration_left_is_refused(tmp_path):
+    # its start trains an iteration, which would go past --total-steps
+    from jaxrl_fast.config.run import run_dict
+    from jaxrl_fast.run.resolve import resumed_config
+
+    config = make_config(run_dir=tmp_path, total_steps=4096, schedule="concurrent")
+    (tmp_path / "config.json").write_text(json.dumps({"train_config": run_dict(config)}))
+    (tmp_path / "checkpoints" / "4096").mkdir(parents=True)
+    with pytest.raises(jaxrl_fast.ConfigError, match="has trained 4,096 steps, all that --total-steps 4,096 allows"):
+        resumed_config(tmp_path)
+    assert resumed_config(tmp_path, total_steps=8192).total_steps == 8192
+    sync = dataclasses.replace(config, schedule="sync")  # trains nothing, and may write its summary again
+    (tmp_path / "config.json").write_text(json.dumps({"train_config": run_dict(sync)}))
+    assert resumed_config(tmp_path).total_steps == 4096
+
+
+def test_load_policy_names_what_it_cannot_read(ppo_2048):
+    from jaxrl_fast.outputs.checkpoint import CheckpointError
+
+    run_dir = ppo_2048.run_dir
+    (run_dir / "checkpoints" / "best_policy.npz").write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match="best_policy.npz cannot be read"):
+        jaxrl_fast.load_policy(run_dir, best=True)
+    info = run_dir / "checkpoints" / "policy.json"
+    info.write_text("{")
+    with pytest.raises(CheckpointError, match="policy.json cannot be read .*a --resume of the run writes it again"):
+        jaxrl_fast.load_policy(run_dir)
+    (run_dir / "checkpoints" / "best_policy.npz").unlink()
+    assert main(["--resume", str(run_dir), "--total-steps", "4096", "--progress", "off"]) == 0
+    assert jaxrl_fast.load_policy(run_dir)(np.zeros(4, np.float32)) in (0, 1)
+    seeds = run_dir.parent / "seeds"
+    for k in range(2):
+        (seeds / f"seed_{k}").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match="a --num-seeds run, whose agents' policies are in seed_0 ... seed_1"):
+        jaxrl_fast.load_policy(seeds)
+
+
 def test_non_finite_leaves_are_found_on_the_host_too():
     from jaxrl_fast.outputs.checkpoint import nonfinite_leaves
 

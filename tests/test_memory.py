@@ -72,6 +72,8 @@ def test_a_damaged_streamed_file_is_refused_naming_it(tmp_path):
         f.truncate(saved.offset + 100)
     with pytest.raises(streamed.CheckpointDamaged, match="a.npy ends early"):
         streamed.fill(jnp.zeros((64, 4)), saved)
+    with pytest.raises(streamed.CheckpointDamaged, match="a.npy ends early"):  # at the restore, before anything changes
+        streamed.open_saved(tmp_path / "a.npy")
     with pytest.raises(streamed.CheckpointDamaged, match="does not fit"):
         streamed.fill(jnp.zeros((32, 4)), saved)
 

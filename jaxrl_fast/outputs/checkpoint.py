@@ -451,10 +451,17 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, best: bool = Fa
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
     info_path = directory / POLICY_JSON
     if not info_path.exists():
-        raise CheckpointError(f"{run_dir} has no {CHECKPOINT_DIR}/{POLICY_JSON}: not a jaxrl_fast run directory with checkpoints")
-    info = json.loads(info_path.read_text())
-    config = config_from_dict(info["train_config"])
-    spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
+        agents = seed_run_dirs(Path(run_dir))
+        raise CheckpointError(f"{run_dir} has no {CHECKPOINT_DIR}/{POLICY_JSON}: " + (
+            f"a --num-seeds run, whose agents' policies are in {agents[0].name} ... {agents[-1].name} (load_policy of "
+            "one of those)" if agents else "not a jaxrl_fast run directory with checkpoints"))
+    try:
+        info = json.loads(info_path.read_text())
+        config = config_from_dict(info["train_config"])
+        spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
+    except (OSError, ValueError, KeyError, TypeError) as error:  # a truncated or hand-edited file
+        raise CheckpointError(f"{info_path} cannot be read ({type(error).__name__}: {error}); a --resume of the run "
+                              "writes it again") from error
     sampled = config.eval_policy == "sampled" if sampled is None else sampled
     if sampled and not ALGORITHMS[config.algo].stochastic_policy:
         samplers = ", ".join(name for name, spec_of in ALGORITHMS.items() if spec_of.stochastic_policy)
@@ -501,7 +508,11 @@ def saved_policy(directory: Path, step: int | None, best: bool) -> tuple[dict[st
         if not (directory / BEST_POLICY).exists():
             raise CheckpointError(f"{directory.parent} has no {CHECKPOINT_DIR}/{BEST_POLICY}: "
                                   "no evaluation of the run finished")
-        arrays, meta = read_best_policy(directory / BEST_POLICY)
+        try:
+            arrays, meta = read_best_policy(directory / BEST_POLICY)
+        except Exception as error:  # noqa: BLE001 - numpy's and zipfile's errors for a damaged file are of many kinds
+            raise CheckpointError(f"{directory / BEST_POLICY} cannot be read ({type(error).__name__}: {error}); "
+                                  "load the newest checkpoint's policy instead (best=False)") from error
         return arrays, meta["paths"], meta["step"], meta["eval_return_mean"]
     import orbax.checkpoint as ocp
 

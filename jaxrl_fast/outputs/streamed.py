@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -150,7 +151,11 @@ def open_saved(path: Path) -> SavedArray:
         shape, fortran, dtype = read_header(f)
         if fortran:
             raise ValueError(f"{path}: a Fortran-ordered array (this checkpoint was not written by jaxrl_fast)")
-        return SavedArray(path, tuple(shape), np.dtype(dtype), f.tell())
+        offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if size < offset + nbytes:  # found here, at the restore, before a resume changes anything
+        raise CheckpointDamaged(f"{path} ends early ({size:,d} bytes of {offset + nbytes:,d}): the checkpoint is damaged")
+    return SavedArray(path, tuple(shape), np.dtype(dtype), offset)
 
 
 def read_chunk(saved: SavedArray | np.ndarray, axis: int, start: int, length: int) -> np.ndarray:

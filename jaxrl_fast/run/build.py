@@ -228,6 +228,8 @@ def record_config(run: Run) -> None:
     its own in RUN_DIR and one per agent, with the agent's own config, in RUN_DIR/seed_<k>."""
     if not run.primary:
         return
+    for seed in run.seeds:  # a resumed run's too: what load_policy reads, in case it was lost
+        write_policy_info(seed.run_dir, {"train_config": run_dict(seed.config), "env_spec": dataclasses.asdict(run.spec)})
     records = [(run.config, run.run_dir)] + ([(seed.config, seed.run_dir) for seed in run.seeds] if len(run.seeds) > 1 else [])
     if run.restored is not None:
         for config, run_dir in records:
@@ -258,8 +260,6 @@ def record_config(run: Run) -> None:
         resolved["seed_run_dirs"] = [str(seed.run_dir) for seed in run.seeds]
     for config, run_dir in records:
         write_json(run_dir / CONFIG_FILE, dict(resolved, train_config=run_dict(config), run_dir=str(run_dir)))
-    for seed in run.seeds:
-        write_policy_info(seed.run_dir, {"train_config": run_dict(seed.config), "env_spec": dataclasses.asdict(run.spec)})
 
 
 def build(resolved: ResolvedRun) -> Run:

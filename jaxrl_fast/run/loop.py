@@ -44,6 +44,7 @@ class Progress:
     """How far training got: iterations done (warm ones included), seconds inside training calls."""
 
     done: int = 0
+    started_at: int = 0  # iterations done when this process's training calls began (a resume's, the warm ones)
     train_s: float = 0.0
     compile_s: float = 0.0
     saved_at: int = 0  # iterations at the newest checkpoint
@@ -107,7 +108,7 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
     schedule.on_initialized = functools.partial(prepare_evaluations, run)
     progress.compile_s = work(lambda: schedule.start(run.restored))
     schedule.initialized()  # where `start` did not
-    progress.done = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
+    progress.done = progress.started_at = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
     while progress.done < plan.total_iterations:
         # every process decides alike: a signal in any of them, the target in process 0's evaluations
@@ -164,7 +165,7 @@ def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final:
     """An agent's summary.json."""
     plan, report, evaluator = run.plan, seed.report, seed.evaluator
     report.curve.close()  # its last redraw, before the summary counts the failures
-    trained = progress.done * plan.steps_per_iteration
+    trained = progress.done - progress.started_at  # iterations of this process's training calls (train_s)
     summary = {
         "final_eval_return_mean": final.mean if final else None,
         "final_eval_return_std": final.std if final else None,
@@ -172,8 +173,8 @@ def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final:
         "wall_s": run.clock.now(),
         "train_s": progress.train_s,
         "compile_s": progress.compile_s,
-        "sps": trained / progress.train_s if progress.train_s else None,
-        "update_frames_per_s": progress.done * plan.update_frames_per_iteration / progress.train_s if progress.train_s else None,
+        "sps": trained * plan.steps_per_iteration / progress.train_s if progress.train_s else None,
+        "update_frames_per_s": trained * plan.update_frames_per_iteration / progress.train_s if progress.train_s else None,
         "target_return": run.config.target_return,
         "eval_failures": evaluator.failures,
         "eval_skipped": evaluator.skipped,
@@ -218,7 +219,8 @@ def seeds_summary(run: Run, progress: Progress, steps: int, summaries: list[dict
         "wall_s": run.clock.now(),
         "train_s": progress.train_s,
         "compile_s": progress.compile_s,
-        "sps": len(run.seeds) * progress.done * run.plan.steps_per_iteration / progress.train_s if progress.train_s else None,
+        "sps": (len(run.seeds) * (progress.done - progress.started_at) * run.plan.steps_per_iteration / progress.train_s
+                if progress.train_s else None),
         "target_return": run.config.target_return,
         "time_to_target_s": [s.get("time_to_target_s") for s in summaries],
         "target_step": [s.get("target_step") for s in summaries],

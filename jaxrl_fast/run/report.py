@@ -33,10 +33,18 @@ class TargetWatch:
         self.step: int | None = None
 
     def observe(self, result: EvalResult) -> None:
-        if self.target is not None and not self.reached.is_set() and result.mean >= self.target:
+        if self.target is not None and self.time_s is None and result.mean >= self.target:
             self.time_s = self.clock.now()
             self.step = result.step
             self.reached.set()
+
+    def reached_before(self, lines: list[dict[str, Any]]) -> None:
+        """A resumed run's log: the first evaluation that reached the target there is the run's
+        (its step and its time); the resumed run, given more steps, trains on to them."""
+        first = next((line for line in lines if self.target is not None and line.get("eval_return_mean", -math.inf)
+                      >= self.target), None)
+        if first is not None:
+            self.time_s, self.step = first.get("wall_s"), first["step"]
 
 
 class EvalBoard:
@@ -85,8 +93,10 @@ class Report:
         self._closing = threading.Lock()  # an evaluation logs whole, before the close or not at all
         self.closed = False
         # evaluations a previous process of this run logged (resuming a finished run reuses its final one)
+        lines = read_metrics(run_dir / METRICS_FILE) if restored else []
         self.logged = {line["step"]: LoggedEval(line["step"], line["eval_return_mean"], line["eval_return_std"])
-                       for line in read_metrics(run_dir / METRICS_FILE) if "eval_return_mean" in line} if restored else {}
+                       for line in lines if "eval_return_mean" in line}
+        self.target.reached_before(lines)
 
     def evaluation(self, result: EvalResult, payload: Any) -> None:
         """Called where the evaluation ran (the evaluator's thread), never in training, with the

@@ -216,6 +216,7 @@ class AsyncSchedule(ScheduleBase):
         self.pieces = make_pieces(algo, env, options, plan)
         self.stop = threading.Event()
         self.counts = Counts(plan.updates_per_iteration * plan.batch_size / self.chunk, config.max_policy_lag)
+        self.counted_from = (0, 0)  # produced and consumed when the training calls began (`start`)
         self.policy_lag = config.policy_lag
         self.first_block, self.first_version = 0, 0  # where a resumed run's blocks and versions start
         self.blocks = 0  # blocks written after the warm-up
@@ -310,6 +311,8 @@ class AsyncSchedule(ScheduleBase):
         self.init(jax.random.key(self.seed), restored)
         self.warmup()  # actors fill the buffer with random actions (and compile their programs)
         self.run(1)  # compiles the learner's program; counts as the first iteration (plan.warm_iterations)
+        # the summary's rates are of what the training calls (train_s) produce and consume
+        self.counted_from = (self.counts.accepted + self.counts.dropped, self.counts.consumed)
         return time.perf_counter() - begin
 
     def _write_next_block(self) -> None:
@@ -425,10 +428,10 @@ class AsyncSchedule(ScheduleBase):
         return placement
 
     def summary(self, train_s: float) -> dict[str, Any]:
-        counts, seconds = self.counts, max(train_s, 1e-9)
+        counts, seconds, (produced, consumed) = self.counts, max(train_s, 1e-9), self.counted_from
         return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | {
-            "production_sps": (counts.accepted + counts.dropped) / seconds,  # after the warm-up
-            "consumption_frames_per_s": counts.consumed / seconds,
+            "production_sps": (counts.accepted + counts.dropped - produced) / seconds,  # in the training calls
+            "consumption_frames_per_s": (counts.consumed - consumed) / seconds,
         }
 
     def close(self, timeout: float = 30.0) -> None:
