@@ -134,3 +134,12 @@ class Named(PointToTarget):
     def __init__(self, name: str = "x"):
         super().__init__()
         Named.names.append(name)
+
+
+class NestedDict(PointToTarget):
+    """Observations in a Dict holding a Dict, which the backend refuses."""
+
+    def __init__(self):
+        super().__init__()
+        box = self.observation_space
+        self.observation_space = gymnasium.spaces.Dict({"a": box, "b": gymnasium.spaces.Dict({"c": box})})

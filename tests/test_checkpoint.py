@@ -203,15 +203,19 @@ def test_a_replay_file_cut_short_is_refused_before_the_resume_changes_anything(t
     assert contents() == before
 
 
-def test_a_resumed_run_keeps_when_its_target_was_first_reached_and_rates_only_its_own_steps(tmp_path):
+def test_a_resumed_run_that_reached_its_target_keeps_when_and_trains_no_further(tmp_path):
     run_dir = tmp_path / "run"
     first = train(make_config(run_dir=run_dir, total_steps=4096, log_interval=512, eval_interval=512, eval_episodes=2,
                               target_return=5.0, progress="off"))  # any policy scores 5: the first evaluation
     assert first["target_step"] == 512 and first["steps"] < 4096
     resumed = jaxrl_fast.train(resume=run_dir, total_steps=4096).summary
     assert resumed["target_step"] == 512 and resumed["time_to_target_s"] == pytest.approx(first["time_to_target_s"], abs=0.01)
-    assert resumed["steps"] == 4096  # given more steps, it trains on to them
-    assert resumed["sps"] * resumed["train_s"] == pytest.approx(4096 - first["steps"])  # this process's steps
+    assert resumed["steps"] == first["steps"] and resumed["sps"] is None  # it had ended: nothing trained
+
+
+def test_a_resumed_runs_rates_are_of_the_steps_it_trained(ppo_2048):
+    resumed = jaxrl_fast.train(resume=ppo_2048.run_dir, total_steps=4096).summary
+    assert resumed["steps"] == 4096 and resumed["sps"] * resumed["train_s"] == pytest.approx(2048)
 
 
 def test_a_concurrent_resume_with_no_iteration_left_is_refused(tmp_path):

@@ -149,6 +149,7 @@ def test_an_error_in_a_python_step_reaches_the_caller_with_its_message(note):
     (["--env", "custom_envs:DiscreteFromOne", "--algo", "dqn"], "whose actions start at 1; this backend takes"),
     (["--env", "custom_envs:TupleObserved"], "observes Tuple(Box("),
     (["--env", "gym:Blackjack-v1"], "this backend takes a Box or a Dict of Boxes"),
+    (["--env", "custom_envs:NestedDict"], "this backend takes a Box or a Dict of Boxes"),
     (["--env", "custom_envs:Unbounded", "--algo", "sac"], "action bounds are not finite (low (-inf,), high (inf,))"),
 ])
 def test_a_wrong_gymnasium_id_or_flag_gets_one_line(tmp_path, capsys, args, message):
@@ -172,6 +173,14 @@ def test_an_env_that_returns_what_cannot_be_trained_on_stops_the_run_in_one_line
                  "--num-envs", "2", "--run-dir", str(tmp_path / "run"), "--progress", "off"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and message in err[-1] and "Traceback" not in "\n".join(err), err
+
+
+def test_an_envs_own_exception_reaches_the_caller_as_itself_however_long_its_message(tmp_path):
+    note = ": " + "x" * 3000  # past the host target's 1 KB message buffer, which cuts XLA's text of it
+    with pytest.raises(ValueError, match="the simulator diverged at call 6: xxx") as caught:
+        jaxrl_fast.train(env="custom_envs:Faulty", env_kwargs={"note": note}, total_steps=1024, eval_interval=0,
+                         run_dir=tmp_path / "run", progress="off")
+    assert str(caught.value).endswith(note)
 
 
 def test_without_the_host_target_an_envs_error_is_one_line_too(tmp_path):

@@ -31,6 +31,7 @@ and JAX's cache and the program store keep them; without the library they go thr
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import hashlib
@@ -148,24 +149,32 @@ def _compile(build: _Build) -> None:
 _building = threading.Lock()
 
 
-_last_host_error: BaseException | None = None  # what a host step raised last, until a caller takes it
+_host_errors: collections.deque = collections.deque(maxlen=8)  # (text, error) of host steps that raised, newest last
+_host_errors_lock = threading.Lock()
 
 
 def note_host_error(error: BaseException) -> None:
     """Keep what a host step (this target's, or an `io_callback`'s) raised: XLA hands the caller
-    only its text. One, the last: a failing step stops the program that called it."""
-    global _last_host_error
-    _last_host_error = error
+    only its text, and cut at the target's message buffer. A few, the newest: a failing step stops
+    the program that called it (several actors' programs may fail at once)."""
+    with _host_errors_lock:
+        _host_errors.append((error_key(error), error))
+
+
+def error_key(error: BaseException) -> str:
+    """What of an error's text every carrier of it keeps: the start of its first line."""
+    return (f"{type(error).__name__}: {error}".splitlines() or [""])[0][:200]
 
 
 def host_error_behind(failure: BaseException) -> BaseException:
     """The exception a host step raised, where `failure` is XLA's error carrying its text (the
     env's own, with its type and traceback), taken once; else `failure`."""
-    global _last_host_error
-    noted = _last_host_error
-    if noted is not None and f"{type(noted).__name__}: {noted}" in str(failure):
-        _last_host_error = None
-        return noted
+    text = str(failure)
+    with _host_errors_lock:
+        for entry in reversed(_host_errors):
+            if entry[0] and entry[0] in text:
+                _host_errors.remove(entry)
+                return entry[1]
     return failure
 
 

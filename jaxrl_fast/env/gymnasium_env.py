@@ -111,7 +111,9 @@ def _shape_checked() -> type:
             super().__init__(env)
             space, self.env_id, self.steps = env.observation_space, env_id, 0
             keys = observation_keys_of(space)
-            self.shapes = {k: tuple(space.spaces[k].shape) for k in keys} if keys else tuple(space.shape or ())
+            # a subspace without a shape (a nested Dict's) is the pool's to refuse, with the space
+            self.shapes = ({k: tuple(getattr(space.spaces[k], "shape", None) or ()) for k in keys} if keys
+                           else tuple(getattr(space, "shape", None) or ()))
 
         def reset(self, **kwargs: Any) -> Any:
             obs, info = self.env.reset(**kwargs)

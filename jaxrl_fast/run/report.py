@@ -33,18 +33,21 @@ class TargetWatch:
         self.step: int | None = None
 
     def observe(self, result: EvalResult) -> None:
-        if self.target is not None and self.time_s is None and result.mean >= self.target:
-            self.time_s = self.clock.now()
-            self.step = result.step
-            self.reached.set()
+        if self.target is None or result.mean < self.target:
+            return
+        if self.time_s is None:  # the first reach is the run's (`reached_before`: one logged before a resume)
+            self.time_s, self.step = self.clock.now(), result.step
+        self.reached.set()
 
     def reached_before(self, lines: list[dict[str, Any]]) -> None:
         """A resumed run's log: the first evaluation that reached the target there is the run's
-        (its step and its time); the resumed run, given more steps, trains on to them."""
+        (its step and its time), and the run has reached it: it trains no further (with
+        --num-seeds, until every agent has)."""
         first = next((line for line in lines if self.target is not None and line.get("eval_return_mean", -math.inf)
                       >= self.target), None)
         if first is not None:
             self.time_s, self.step = first.get("wall_s"), first["step"]
+            self.reached.set()
 
 
 class EvalBoard:

@@ -119,6 +119,7 @@ class Counts:
         self.lags: list[int] = []  # per accepted chunk
         self.actor_wait_s = 0.0
         self.learner_wait_s = 0.0
+        self.started_at = (0, 0)  # produced and consumed when the training calls began (`mark_start`)
 
     def note(self, **changes: float) -> None:
         with self.lock:
@@ -129,6 +130,16 @@ class Counts:
     def ratio(self) -> float:
         """Samples consumed by updates per sample accepted after the warm-up."""
         return self.consumed / max(self.accepted, 1)
+
+    def mark_start(self) -> None:
+        """Where the training calls begin: `rates` counts from here (a resumed run's counts are restored)."""
+        self.started_at = (self.accepted + self.dropped, self.consumed)
+
+    def rates(self, train_s: float) -> dict[str, float | None]:
+        """Samples produced and consumed per second of the training calls (None: none ran)."""
+        produced, consumed = self.started_at
+        return {"production_sps": (self.accepted + self.dropped - produced) / train_s if train_s else None,
+                "consumption_frames_per_s": (self.consumed - consumed) / train_s if train_s else None}
 
 
 def merge_block(rows: tuple[Row, ...], keep: jax.Array) -> Row:
@@ -216,7 +227,6 @@ class AsyncSchedule(ScheduleBase):
         self.pieces = make_pieces(algo, env, options, plan)
         self.stop = threading.Event()
         self.counts = Counts(plan.updates_per_iteration * plan.batch_size / self.chunk, config.max_policy_lag)
-        self.counted_from = (0, 0)  # produced and consumed when the training calls began (`start`)
         self.policy_lag = config.policy_lag
         self.first_block, self.first_version = 0, 0  # where a resumed run's blocks and versions start
         self.blocks = 0  # blocks written after the warm-up
@@ -311,8 +321,7 @@ class AsyncSchedule(ScheduleBase):
         self.init(jax.random.key(self.seed), restored)
         self.warmup()  # actors fill the buffer with random actions (and compile their programs)
         self.run(1)  # compiles the learner's program; counts as the first iteration (plan.warm_iterations)
-        # the summary's rates are of what the training calls (train_s) produce and consume
-        self.counted_from = (self.counts.accepted + self.counts.dropped, self.counts.consumed)
+        self.counts.mark_start()
         return time.perf_counter() - begin
 
     def _write_next_block(self) -> None:
@@ -428,11 +437,7 @@ class AsyncSchedule(ScheduleBase):
         return placement
 
     def summary(self, train_s: float) -> dict[str, Any]:
-        counts, seconds, (produced, consumed) = self.counts, max(train_s, 1e-9), self.counted_from
-        return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | {
-            "production_sps": (counts.accepted + counts.dropped - produced) / seconds,  # in the training calls
-            "consumption_frames_per_s": (counts.consumed - consumed) / seconds,
-        }
+        return {k.split("/", 1)[1]: v for k, v in self.stats().items()} | self.counts.rates(train_s)
 
     def close(self, timeout: float = 30.0) -> None:
         self.stop.set()
