@@ -172,6 +172,20 @@ def test_under_auto_a_short_run_keeps_autos_schedule_and_says_calibration_did_no
 
 
 @pytest.mark.slow
+def test_a_cached_choice_is_never_taken_by_a_run_that_bounds_or_changes_it_otherwise():
+    sac = make_config("Pendulum-v1", "sac", schedule="async")
+    key = calibration.cache_key(sac)
+    assert key == calibration.cache_key(dataclasses.replace(sac, run_dir="elsewhere", seed=3))  # what it does not read
+    for change in [dict(policy_lag=8, max_policy_lag=8), dict(num_actors=2), dict(env_batch_size=4), dict(num_threads=1),
+                   dict(env_kwargs=("max_episode_steps=100",))]:
+        assert calibration.cache_key(dataclasses.replace(sac, **change)) != key, change
+    # a pass's thread count does not replace one the run was given
+    chosen = calibration.Calibration.__new__(calibration.Calibration)
+    chosen.choice = {"num_threads": 2, "num_envs": sac.num_envs, "env_batch_size": sac.num_envs}
+    assert chosen.apply(dataclasses.replace(sac, num_threads=1)).num_threads == 1
+    assert chosen.apply(sac).num_threads == 2
+
+
 def test_recalibrate_measures_again(cache):
     config = make_config("CartPole-v1", "ppo", schedule="sync", num_envs=4)
     first = calibration.calibrate(config, resolved(config).placement, budget_s=6.0)

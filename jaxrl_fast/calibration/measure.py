@@ -108,7 +108,7 @@ class Calibration:
 
     def apply(self, config: TrainConfig) -> TrainConfig:
         """The config with the chosen sizes."""
-        if self.choice["num_threads"]:
+        if self.choice["num_threads"] and not config.num_threads:  # a --num-threads given stays
             config = dataclasses.replace(config, num_threads=self.choice["num_threads"])
         if "schedule" in self.choice:  # chosen where `--schedule auto` chose the run's
             config = dataclasses.replace(config, schedule=self.choice["schedule"])
@@ -174,6 +174,12 @@ def machine() -> dict[str, Any]:
     }
 
 
+# Fields that bound what the pass may choose (the policy lag decides whether async mode keeps its
+# chunks), or change the env it measures: a run that differs in one never takes another's entry.
+KEYED_FIELDS = ("policy_lag", "max_policy_lag", "num_actors", "env_batch_size", "num_threads", "env_kwargs",
+                "normalize_observations", "scale_rewards")
+
+
 def cache_key(config: TrainConfig, chooses_schedule: bool = False) -> str:
     hyper = algo_config(config)
     depends = {
@@ -188,6 +194,10 @@ def cache_key(config: TrainConfig, chooses_schedule: bool = False) -> str:
     }
     if chooses_schedule:  # `--schedule auto`: the pass may choose the schedule (absent: earlier entries stay valid)
         depends["chooses_schedule"] = True
+    defaults = TrainConfig()
+    others = {name: getattr(config, name) for name in KEYED_FIELDS if getattr(config, name) != getattr(defaults, name)}
+    if others:  # what bounds or changes the choice besides (absent at their defaults: earlier entries stay valid)
+        depends["others"] = others
     digest = hashlib.sha256(json.dumps(depends, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"{config.env}-{config.algo}-{config.schedule}-{digest}"
 
