@@ -185,7 +185,7 @@ class GymPool:
                               "backend takes a Discrete whose actions start at 0 (wrap the env in a "
                               "gymnasium.ActionWrapper that adds the start)")
         size = sum(int(np.prod(s.shape)) for s in spaces)
-        self.env_id, self.size = env_id, size
+        self.env_id = env_id
         self.box_shape = tuple(action.shape) if isinstance(action, gymnasium.spaces.Box) else None
         self.single_observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.single_action_space = action
@@ -221,23 +221,16 @@ class GymPool:
     def flat(self, obs: Any) -> np.ndarray:
         """A batch of observations as float32 vectors (a Box's flattened, a Dict's in key order),
         always a copy: the vector env (`copy=False`) overwrites its own buffer at the next step.
-        One of another size than the space's, or not finite in float32, is the env's error."""
-        try:
-            flat = (flatten_observations(obs, self.keys) if self.keys
-                    else np.reshape(obs, (self.num_envs, -1)).astype(np.float32))
-        except (ValueError, KeyError, TypeError) as error:
-            raise GymEnvError(f"{self.env_id} returned observations its observation space does not describe "
-                              f"({type(error).__name__}: {error})") from error
-        if flat.shape != (self.num_envs, self.size):
-            raise GymEnvError(f"{self.env_id} returned observations of {flat.shape[1]} numbers per env; its observation "
-                              f"space {self.vector.single_observation_space} holds {self.size}")
+        Their shapes are each env's `ShapeChecked`'s to check; one not finite in float32 is the env's error."""
+        flat = flatten_observations(obs, self.keys) if self.keys else np.reshape(obs, (self.num_envs, -1)).astype(np.float32)
         if not np.isfinite(flat).all():
             raise GymEnvError(self.non_finite("observation", flat))
         return flat
 
     def non_finite(self, what: str, values: np.ndarray) -> str:
-        env = int(np.flatnonzero(~np.isfinite(values).reshape(self.num_envs, -1).all(axis=1))[0])
-        first = values.reshape(self.num_envs, -1)[env][~np.isfinite(values.reshape(self.num_envs, -1)[env])][0]
+        rows = values.reshape(self.num_envs, -1)
+        env = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+        first = rows[env][~np.isfinite(rows[env])][0]
         return (f"{self.env_id} returned a non-finite {what} ({first}) in env {env}, step {int(self.elapsed[env])} "
                 "of its episode (as float32; the learner cannot train on it)")
 
