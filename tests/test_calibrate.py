@@ -21,6 +21,7 @@ from jaxrl_fast.cli.train import main
 from jaxrl_fast.config.checks import validate
 from jaxrl_fast.config.plan import make_plan
 from jaxrl_fast.engine.placement import Placement
+from jaxrl_fast.env.envpool import make_pool
 from support import make_config, resolved
 
 LONG = 50_000_000  # env steps of a run long enough that calibration may spend its whole budget
@@ -192,6 +193,64 @@ def test_recalibrate_measures_again(cache):
     second = calibration.calibrate(config, resolved(config).placement, budget_s=6.0, recalibrate=True)
     assert not first.cached and not second.cached
 
+
+def test_the_calibrate_command_takes_trains_flags_measures_the_runs_envs_and_says_where_it_cached(
+        cache, tmp_path, monkeypatch, capsys):
+    """`python -m jaxrl_fast.calibrate` calibrates the run `train` would make of the same flags:
+    every pool it measures is made with the run's --env-kwargs, at a given --num-threads (no other
+    count is tried), and a cache it cannot write is said, not claimed."""
+    from jaxrl_fast.cli.calibrate import main as calibrate_main
+
+    pools = []
+
+    def made(env_id, num_envs, num_threads, seed, batch_size=0, **options):  # the real pool, its arguments noted
+        pools.append((num_envs, num_threads, options))
+        return make_pool(env_id, num_envs, num_threads, seed, batch_size, **options)
+
+    monkeypatch.setattr(calibration, "make_pool", made)
+    flags = ["--env", "CartPole-v1", "--algo", "ppo", "--schedule", "sync", "--num-envs", "4", "--ppo.num-steps", "64",
+             "--num-threads", "1", "--env-kwargs", "max_episode_steps=100", "--total-steps", "20000"]
+    assert calibrate_main(flags) == 0
+    out, err = capsys.readouterr()
+    assert pools and all(p == (4, 1, {"max_episode_steps": 100}) for p in pools), pools
+    assert "--num-threads 1 as given" in out  # the table and its reason
+    (entry,) = cache.glob("*.json")
+    assert out.splitlines()[-1] == f"cached in {entry}"
+    saved = json.loads(entry.read_text())
+    assert saved["choice"]["num_envs"] == 4 and saved["choice"]["num_threads"] == 0
+    monkeypatch.setenv("XDG_CACHE_HOME", str(entry))  # a file where the cache's folder would be: unwritable
+    assert calibrate_main(flags) == 0
+    out, err = capsys.readouterr()
+    assert "could not cache" in out and out.splitlines()[-1].startswith("not cached")
+    assert calibrate_main(["--resume", str(tmp_path)]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_each_split_is_timed_at_the_threads_a_run_of_its_size_takes(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    ppo = make_config("CartPole-v1", "ppo", schedule="sync", num_envs=2, ppo=dict(num_steps=128))  # batch 256
+    timed = {m.args["num_envs"]: m.args["num_threads"] for m in calibration.on_policy_plan(ppo, 0) if m.kind == "acting"}
+    assert timed == {2: 2, 4: 4, 8: 8, 16: 8}  # EnvPool's default at each size: one thread per env, up to the cores
+    assert set(calibration.on_policy_plan(ppo, 1)[i].args["num_threads"] for i in (0, 2, 3, 4)) == {1}  # given/chosen
+    given = dataclasses.replace(ppo, num_threads=1)
+    assert calibration.threads_plan(given) == [] and calibration.threads_plan(ppo) != []
+    # a given --env-batch-size leaves the async actors nothing to choose, and stays
+    sac = make_config("Pendulum-v1", "sac", schedule="async", num_envs=8)
+    assert calibration.off_policy_plan_of_measurements(dataclasses.replace(sac, env_batch_size=4), 0) == []
+    choice, reason, _ = choose_off_policy([], [], "async", num_envs=8, cpus=2, given_env_batch=4)
+    assert choice["env_batch_size"] == 4 and "env batch 4 as given" in reason
+
+
+def test_a_split_at_envpools_default_threads_names_the_count_it_was_timed_at():
+    learning = [dict(num_envs=1, update_s=FAST)]
+    acting = [dict(num_envs=1, num_steps=256, num_threads=1, rollout_sps=1000.0),
+              dict(num_envs=4, num_steps=64, num_threads=2, rollout_sps=2000.0)]
+    envpool = [dict(num_envs=1, num_threads=1, batch_size=1, env_sps=5000.0)]
+    choice, reason, _ = choose_on_policy(acting, learning, envpool, "sync", 256, 1, 2)
+    assert choice == dict(num_envs=4, num_steps=64, num_threads=0)  # 0: the run takes EnvPool's default at 4 envs
+    assert "EnvPool's default 1 threads (no other count measured), 2 at 4 envs" in reason
+    choice, reason, _ = choose_on_policy(acting, learning, envpool, "sync", 256, 1, 2, given_threads=1)
+    assert choice["num_threads"] == 0 and "--num-threads 1 as given" in reason and "at 4 envs" not in reason
 
 # -- choosing, on hand-written rows (no JAX runs) ------------------------------------------------
 FAST = 1e-9  # seconds per update or per env step that never sets the pace

@@ -81,10 +81,12 @@ def choose_schedule(acting: list[Row], learning: list[Row], overlap: list[Row], 
                     f"({measured})"), efficiency
 
 
-def choose_threads(envpool: list[Row], num_envs: int, cpus: int) -> tuple[int, str]:
+def choose_threads(envpool: list[Row], num_envs: int, cpus: int, given: int = 0) -> tuple[int, str]:
     """EnvPool's thread count at `num_envs`: the fastest measured (synchronous rows) when it steps
-    `THREAD_MARGIN` faster than the default, else 0 (the run keeps the count it was given, EnvPool's
-    default unless the user named one)."""
+    `THREAD_MARGIN` faster than the default, else 0 (the run keeps the count it was given: `given`,
+    a --num-threads, which the pass never changes, or EnvPool's default for the run's num_envs)."""
+    if given:
+        return 0, f"--num-threads {given} as given"
     sps = {r["num_threads"]: r["env_sps"] for r in envpool if r["num_envs"] == num_envs == r["batch_size"]}
     default = default_env_threads(num_envs, cpus)
     if default not in sps:
@@ -117,19 +119,20 @@ def with_inference(acting: list[Row], envpool: list[Row]) -> list[Row]:
 
 
 def choose_on_policy(acting: list[Row], learning: list[Row], envpool: list[Row], schedule: str, batch: int,
-                     preset_envs: int, cpus: int, overlap_efficiency: float = 1.0, learner: str | None = None
-                     ) -> tuple[Row, str, list[Row]]:
+                     preset_envs: int, cpus: int, overlap_efficiency: float = 1.0, learner: str | None = None,
+                     given_threads: int = 0) -> tuple[Row, str, list[Row]]:
     """num_envs, num_steps and threads for an on-policy algorithm, its batch (num_envs x num_steps)
     kept. A split other than the preset's is taken when predicted `SPLIT_MARGIN` faster; among
     those within `FLAT_MARGIN` of the best, the nearest the preset's. Under `concurrent` a split's
     iteration is predicted as `overlap_efficiency` times its slower phase (measured at the
     preset's split where calibration chose the schedule), the update timed on `learner` (a
-    described device; None: the first update row). Returns (choice, reason, candidates)."""
+    described device; None: the first update row); each rollout row is timed at the thread count
+    the run takes at its size. Returns (choice, reason, candidates)."""
     rollouts = xla_acting(acting)
     update_s = update_seconds(learning, preset_envs, learner)
     kept = f"batch {batch}, minibatch count and epochs kept"
+    threads, thread_note = choose_threads(envpool, preset_envs, cpus, given_threads)
     if preset_envs not in rollouts or update_s is None:
-        threads, thread_note = choose_threads(envpool, preset_envs, cpus)
         choice = dict(num_envs=preset_envs, num_steps=batch // preset_envs, num_threads=threads)
         return choice, (f"the preset's {preset_envs} envs x {batch // preset_envs} steps kept (the run is too short "
                         f"for its rollout and update to be measured); {thread_note}; {kept}"), []
@@ -150,23 +153,27 @@ def choose_on_policy(acting: list[Row], learning: list[Row], envpool: list[Row],
     split_note = (f"{pick['num_envs']} envs x {pick['num_steps']} steps predicted {speedup:.2f}x the preset's "
                   f"{preset_envs} x {preset['num_steps']} ({schedule})" if pick is not preset else
                   f"the preset's {preset_envs} envs x {preset['num_steps']} steps kept ({why})")
-    threads, thread_note = choose_threads(envpool, preset_envs, cpus)  # what the rollouts were measured with
+    if pick is not preset and not threads and not given_threads:  # EnvPool's default at the new size, as timed
+        thread_note += f", {pick['num_threads']} at {pick['num_envs']} envs"
     choice = dict(num_envs=pick["num_envs"], num_steps=pick["num_steps"], num_threads=threads)
     return choice, f"{split_note}; {thread_note}; {kept}", candidates
 
 
 def choose_off_policy(acting: list[Row], envpool: list[Row], schedule: str, num_envs: int,
-                      cpus: int) -> tuple[Row, str, list[Row]]:
+                      cpus: int, given_threads: int = 0, given_env_batch: int = 0) -> tuple[Row, str, list[Row]]:
     """Threads and, under `async`, the actors' env batch for an off-policy algorithm; num_envs, the
     update batch and utd_ratio are kept. EnvPool's async mode is taken when it acts
-    `ASYNC_MODE_MARGIN` faster than the XLA step. Returns (choice, reason, candidates)."""
-    threads, thread_note = choose_threads(envpool, num_envs, cpus)
+    `ASYNC_MODE_MARGIN` faster than the XLA step; a given --env-batch-size (`given_env_batch`) and
+    --num-threads stay. Returns (choice, reason, candidates)."""
+    threads, thread_note = choose_threads(envpool, num_envs, cpus, given_threads)
     xla = xla_acting(acting).get(num_envs)
     staged = [r for r in acting if r["num_envs"] == num_envs and r.get("env_batch", num_envs) < num_envs]
     candidates = [dict(env_batch=r.get("env_batch", num_envs), acting_sps=r["rollout_sps"])
                   for r in ([xla] if xla else []) + staged]
     env_batch, batch_note = num_envs, "env batch = num_envs"
-    if schedule == "async":
+    if 0 < given_env_batch < num_envs:
+        env_batch, batch_note = given_env_batch, f"env batch {given_env_batch} as given (--env-batch-size)"
+    elif schedule == "async":
         batch_note = "env batch = num_envs (EnvPool's async mode not measured: the run is too short)"
         if xla and staged:
             fastest = max(staged, key=lambda r: r["rollout_sps"])

@@ -73,6 +73,7 @@ from jaxrl_fast.engine.placement import Placement, describe, describe_devices
 from jaxrl_fast.engine.replay import empty_like
 from jaxrl_fast.engine.timing import PhaseClock
 from jaxrl_fast.env.envpool import make_pool, make_xla_env, probe_spec
+from jaxrl_fast.env.ids import parse_env_kwargs
 from jaxrl_fast.env.spaces import random_actions_np
 from jaxrl_fast.files import written_whole
 from jaxrl_fast.types import BatchedEnv, EnvSpec, Rollout, Transition
@@ -105,6 +106,7 @@ class Calibration:
     cached: bool = False
     overlap: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # acting beside learning (auto's schedule)
     schedule_reason: str | None = None  # why the pass chose the schedule (None: it did not choose one)
+    cache_file: str = ""  # where the pass is cached ("": it could not be written there)
 
     def apply(self, config: TrainConfig) -> TrainConfig:
         """The config with the chosen sizes."""
@@ -298,39 +300,50 @@ def split_sizes(config: TrainConfig) -> list[int]:
 
 
 def threads_plan(config: TrainConfig) -> list[Measurement]:
-    """EnvPool alone at the preset's num_envs, per thread count."""
+    """EnvPool alone at the preset's num_envs, per thread count (none where --num-threads is given:
+    the pass never changes it)."""
     n = config.num_envs
+    if config.num_threads:
+        return []
     return [Measurement("envpool", dict(num_envs=n, num_threads=t, batch_size=n)) for t in thread_grid(n)]
+
+
+def rollout_threads(threads: int, num_envs: int) -> int:
+    """EnvPool threads of a rollout at `num_envs` as the run would take them: `threads` (given or
+    chosen), or, 0, EnvPool's default at that size."""
+    return min(threads, num_envs) if threads else default_env_threads(num_envs)
 
 
 def on_policy_plan(config: TrainConfig, threads: int, concurrent: Placement | None = None,
                    learner: jax.Device | None = None) -> list[Measurement]:
     """The preset's rollout and update (a rollout starts only if its update fits too: neither is of
-    use alone); with `concurrent` (the placement the `concurrent` schedule would take, where the
+    use alone), each rollout at the threads a run of its size takes (`rollout_threads`); with `concurrent` (the placement the `concurrent` schedule would take, where the
     pass chooses the schedule) the two dispatched together on its devices, after the update alone
     on its learner where that is not `learner` (the run's); then a rollout per other split of its
     batch, outwards from the preset's."""
     batch, preset = config.num_envs * algo_config(config).num_steps, config.num_envs
-    plan = [Measurement("acting", dict(num_envs=preset, num_threads=min(threads, preset), num_steps=batch // preset),
-                        then=("update",)),
+    plan = [Measurement("acting", dict(num_envs=preset, num_threads=rollout_threads(threads, preset),
+                                          num_steps=batch // preset), then=("update",)),
             Measurement("update", dict(num_envs=preset))]
     if concurrent is not None:  # optional: the splits after it are predicted whether it is measured or not
         if concurrent.learner != learner:
             plan.append(Measurement("update", dict(num_envs=preset, device=concurrent.learner), then=("overlap",),
                                     optional=True))
-        plan.append(Measurement("overlap", dict(num_envs=preset, num_threads=min(threads, preset),
+        plan.append(Measurement("overlap", dict(num_envs=preset, num_threads=rollout_threads(threads, preset),
                                                 num_steps=batch // preset, acting=concurrent.acting,
                                                 learner=concurrent.learner), optional=True))
-    return plan + [Measurement("acting", dict(num_envs=n, num_threads=min(threads, n), num_steps=batch // n))
+    return plan + [Measurement("acting", dict(num_envs=n, num_threads=rollout_threads(threads, n), num_steps=batch // n))
                    for n in measuring_order(split_sizes(config), preset) if n != preset]
 
 
 def off_policy_plan_of_measurements(config: TrainConfig, threads: int) -> list[Measurement]:
     """For the `async` schedule, acting at the preset's num_envs, then the actors over EnvPool's
-    async mode (neither is of use alone); the other schedules have nothing more to choose."""
-    n = config.num_envs
+    async mode (neither is of use alone); the other schedules, and a given --env-batch-size, have
+    nothing more to choose."""
+    n, threads = config.num_envs, rollout_threads(threads, config.num_envs)
     # not where the lag bound would drop the rows that async mode's envs ran ahead to act
-    if config.schedule != "async" or n < 4 or oldest_acting_lag(config, True) > config.max_policy_lag:
+    if (config.schedule != "async" or n < 4 or config.env_batch_size
+            or oldest_acting_lag(config, True) > config.max_policy_lag):
         return []
     return [Measurement("acting", dict(num_envs=n, num_threads=threads), then=("async_mode",)),
             Measurement("async_mode", dict(num_envs=n, num_threads=threads))]
@@ -338,9 +351,10 @@ def off_policy_plan_of_measurements(config: TrainConfig, threads: int) -> list[M
 
 # -- measuring: each times one kind of program where placement puts it, and returns plain rows ------
 def envpool_sps(env_id: str, spec, num_envs: int, num_threads: int, batch_size: int,
-                seconds: float = MEASURE_S) -> float:
-    """Steps/s of EnvPool alone (async send/recv, which is also the sync mode when batch == num_envs)."""
-    pool = make_pool(env_id, num_envs, num_threads, seed=0, batch_size=batch_size)
+                seconds: float = MEASURE_S, options: Mapping[str, Any] | None = None) -> float:
+    """Steps/s of EnvPool alone (async send/recv, which is also the sync mode when batch == num_envs),
+    made with the run's `options` (its --env-kwargs)."""
+    pool = make_pool(env_id, num_envs, num_threads, seed=0, batch_size=batch_size, **(options or {}))
     rng = np.random.default_rng(0)
     pool.async_reset()
     steps, start = 0, None
@@ -377,6 +391,7 @@ class Setup(NamedTuple):
     spec: EnvSpec  # of one env
     placement: Placement
     options: EnvOptions
+    pool_options: dict[str, Any]  # the run's --env-kwargs: every env the pass makes is the run's
     algo: Any  # built once: its programs' shapes do not depend on num_envs (PPO's update is rebuilt per size)
     state: Any  # zeros shaped like its initial state (off-policy: the (actor, critic) roles)
     probe: BatchedEnv  # a one-env XLA env, around which the off-policy update programs are built
@@ -384,12 +399,13 @@ class Setup(NamedTuple):
 
 
 def make_setup(config: TrainConfig, placement: Placement) -> Setup:
-    probe = make_xla_env(config.env, 1, 1, config.seed)
+    pool_options = parse_env_kwargs(config.env_kwargs)
+    probe = make_xla_env(config.env, 1, 1, config.seed, **pool_options)
     algo = sized_algorithm(config, probe.spec, config.num_envs if family(config) == "on_policy" else 1)
     # zeros shaped like the initial state: programs cost the same whatever the numbers, and
     # compiling the initializers (orthogonal: a QR per layer) costs seconds of the budget
     state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(algo.init, jax.random.key(0)))
-    return Setup(config, probe.spec, placement, env_options(config), algo, state, probe, [probe])
+    return Setup(config, probe.spec, placement, env_options(config), pool_options, algo, state, probe, [probe])
 
 
 def sized_algorithm(config: TrainConfig, spec: EnvSpec, num_envs: int) -> Any:
@@ -397,7 +413,7 @@ def sized_algorithm(config: TrainConfig, spec: EnvSpec, num_envs: int) -> Any:
 
 
 def open_env(setup: Setup, num_envs: int, num_threads: int) -> BatchedEnv:
-    env = make_xla_env(setup.config.env, num_envs, num_threads, setup.config.seed)
+    env = make_xla_env(setup.config.env, num_envs, num_threads, setup.config.seed, **setup.pool_options)
     setup.opened.append(env)
     return env
 
@@ -409,10 +425,10 @@ def env_carry_on(setup: Setup, env: BatchedEnv, device: jax.Device) -> Any:
     return jax.device_put(carry, device)
 
 
-def measure_envpool(env_id: str, num_envs: int, num_threads: int, batch_size: int,
+def measure_envpool(env_id: str, options: dict[str, Any], num_envs: int, num_threads: int, batch_size: int,
                     seconds: float = MEASURE_S) -> list[Row]:
-    """EnvPool alone, its Python API stepping random actions."""
-    sps = envpool_sps(env_id, probe_spec(env_id), num_envs, num_threads, batch_size, seconds)
+    """EnvPool alone, its Python API stepping random actions, made with `options` (--env-kwargs)."""
+    sps = envpool_sps(env_id, probe_spec(env_id, options), num_envs, num_threads, batch_size, seconds, options)
     return [dict(num_envs=num_envs, num_threads=num_threads, batch_size=batch_size, env_sps=sps)]
 
 
@@ -506,7 +522,7 @@ def measure_async_mode(setup: Setup, num_envs: int, num_threads: int) -> list[Ro
     rows = []
     for batch in (num_envs // 2, num_envs // 4):
         actor = AsyncModeActor(setup.algo, setup.spec, num_envs, batch, num_threads, setup.config.seed, ASYNC_CHUNK,
-                               device)
+                               device, setup.pool_options)
         try:
             act = lambda _: actor.act_chunk(params, 0, False, jax.random.key(1), 0, PhaseClock())  # noqa: E731
             seconds, _ = timed_calls(act, None, max_calls=20)
@@ -569,7 +585,7 @@ def measuring_functions(setup: LazySetup) -> dict[str, Callable[..., list[Row]]]
     def on(measure):  # the function with the pass's setup, made on the first call
         return lambda **args: measure(setup(), **args)
 
-    measures = {"envpool": functools.partial(measure_envpool, setup.config.env)}
+    measures = {"envpool": functools.partial(measure_envpool, setup.config.env, parse_env_kwargs(setup.config.env_kwargs))}
     if family(setup.config) == "on_policy":
         return measures | {"acting": on(measure_rollout), "update": on(measure_on_policy_update),
                            "overlap": on(measure_overlap)}
@@ -590,17 +606,19 @@ def calibrate(config: TrainConfig, placement: Placement, budget_s: float = 30.0,
     if path.exists() and not recalibrate:
         try:
             cached = Calibration(**json.loads(path.read_text()))
-            cached.cached = True
+            cached.cached, cached.cache_file = True, str(path)
             return cached
         except (TypeError, ValueError):
             pass  # an unreadable or older cache entry: measure again
     result = measure_and_choose(config, placement, budget_s, concurrent)
+    result.cache_file = str(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with written_whole(path) as partial:
             partial.write_text(json.dumps(dataclasses.asdict(result), indent=1))
     except OSError as error:  # a read-only home: the run goes on with the measured choice
         log(f"calibration: could not cache to {path}: {error}")
+        result.cache_file = ""
     return result
 
 
@@ -613,13 +631,14 @@ def measure(config: TrainConfig, placement: Placement, budget: Budget, concurren
     n, cpus = config.num_envs, os.cpu_count() or 1
     try:
         measures = measuring_functions(setup)
-        probe = measures["envpool"](num_envs=n, num_threads=default_env_threads(n, cpus), batch_size=n, seconds=PROBE_S)
+        probe = measures["envpool"](num_envs=n, num_threads=config.num_threads or default_env_threads(n, cpus),
+                                    batch_size=n, seconds=PROBE_S)
         budget.record("envpool", budget.used + MEASURE_S - PROBE_S)  # a pool to make costs as much again
         bound_s = config.total_steps / probe[0]["env_sps"]
         budget.seconds = min(budget.seconds, RUN_SHARE * bound_s)
         rows, skipped = run_measurements(threads_plan(config), measures, budget)
         rows["envpool"] = rows["envpool"] or probe  # the thread counts' rows, measured longer, when there are any
-        threads = choose_threads(rows["envpool"], n, cpus)[0] or default_env_threads(n, cpus)
+        threads = config.num_threads or choose_threads(rows["envpool"], n, cpus)[0]  # 0: EnvPool's default per size
         plan = (on_policy_plan(config, threads, concurrent, placement.learner) if family(config) == "on_policy"
                 else off_policy_plan_of_measurements(config, threads))
         more, more_skipped = run_measurements(plan, measures, budget)
@@ -643,12 +662,13 @@ def measure_and_choose(config: TrainConfig, placement: Placement, budget_s: floa
         # whose update paces it: concurrent's learner where the pass chose it (a named schedule's is the first row)
         learner = rows["overlap"][0]["learner"] if schedule_reason is not None and schedule == "concurrent" else None
         choice, reason, candidates = choose_on_policy(acting, rows["update"], rows["envpool"], schedule, batch,
-                                                      config.num_envs, cpus, efficiency, learner)
+                                                      config.num_envs, cpus, efficiency, learner, config.num_threads)
         if schedule_reason is not None:
             choice, reason = choice | {"schedule": schedule}, f"{schedule_reason}; {reason}"
     else:
         schedule_reason = None
-        choice, reason, candidates = choose_off_policy(acting, rows["envpool"], config.schedule, config.num_envs, cpus)
+        choice, reason, candidates = choose_off_policy(acting, rows["envpool"], config.schedule, config.num_envs, cpus,
+                                                       config.num_threads, config.env_batch_size)
     return Calibration(config.env, config.algo, config.schedule, budget.seconds, budget.used, bound_s, machine(),
                        rows["envpool"], acting, rows["update"] if family(config) == "on_policy" else [], candidates,
                        choice, reason, skipped, overlap=rows.get("overlap", []), schedule_reason=schedule_reason)

@@ -1,7 +1,9 @@
-"""`python -m jaxrl_fast.calibrate`: measure this machine for one env and algorithm, print the
-table and the sizes it picks, and cache the result (what `--calibrate` then reuses). It resolves
-the run `python -m jaxrl_fast.train --calibrate` would (same checks, same placement) without
-making a run directory or training."""
+"""`python -m jaxrl_fast.calibrate`: measure this machine for one run, print the table and the
+sizes it picks, and cache the result (what `train --calibrate` then reuses). It takes the flags
+`python -m jaxrl_fast.train` takes (the env, the algorithm and its flags, --num-envs,
+--num-threads, --env-kwargs, --schedule, --total-steps, ...: each one that the cache key holds
+makes an entry of its own) and resolves the run `train --calibrate` would (same checks, same
+placement), without making a run directory or training."""
 
 from __future__ import annotations
 
@@ -10,41 +12,41 @@ import dataclasses
 import sys
 from typing import Sequence
 
-from jaxrl_fast.algos import ALGORITHMS
-from jaxrl_fast.config.run import TrainConfig
 from jaxrl_fast.types import ConfigError
+
+PROG = "python -m jaxrl_fast.calibrate"
+EPILOG = ("Every other flag is `python -m jaxrl_fast.train`'s (see its --help): --env, --algo and the algorithm's "
+          "flags, --num-envs, --num-threads, --env-kwargs, --schedule, --total-steps (the run's length sets the "
+          "budget's cap and is part of the cache key), ...")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxrl_fast.calibrate", description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default=TrainConfig.env)
-    parser.add_argument("--algo", default=TrainConfig.algo, choices=list(ALGORITHMS))
-    parser.add_argument("--schedule", default="auto", choices=["auto", "sync", "concurrent", "async"],
-                        help="as train's: under auto (the default) an on-policy pass may choose sync or concurrent")
-    parser.add_argument("--budget-s", type=float, default=30.0,
-                        help="time budget of the measurements (seconds); at most 5%% of the run's lower bound")
-    parser.add_argument("--total-steps", type=int, default=None,
-                        help="the length of the run to calibrate for (default: the preset's); it caps the budget "
-                             "and is part of the cache key, as in `train --calibrate --total-steps N`")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0], epilog=EPILOG,
+                                     allow_abbrev=False)
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="time budget of the measurements (seconds; train's --calibration-budget-s, default 30); "
+                             "at most 5%% of the run's lower bound")
     parser.add_argument("--recalibrate", action="store_true", help="measure again even when a cached result exists")
-    args = parser.parse_args(argv)
-    from jaxrl_fast.calibration.measure import cache_dir
-    from jaxrl_fast.run.api import preset_config
+    args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    from jaxrl_fast.cli.train import parse_args
     from jaxrl_fast.run.resolve import check_inputs, on_devices
 
     try:
-        config = dataclasses.replace(preset_config(args.env, args.algo), schedule=args.schedule, calibrate=True,
-                                     recalibrate=args.recalibrate, calibration_budget_s=args.budget_s)
-        if args.total_steps is not None:
-            config = dataclasses.replace(config, total_steps=args.total_steps)
-        if args.budget_s <= 0:
-            raise ConfigError(f"--budget-s must be positive, got {args.budget_s}")
-        on_devices(check_inputs(config, run_dir=False), run_dir=False)  # prints the table as it calibrates
+        if any(flag.split("=")[0] == "--resume" for flag in rest):
+            raise ConfigError("--resume: a resumed run is never calibrated again; calibrate a new run's flags")
+        config = parse_args(rest)
+        budget_s = config.calibration_budget_s if args.budget_s is None else args.budget_s
+        if budget_s <= 0:
+            raise ConfigError(f"--budget-s must be positive, got {budget_s}")
+        config = dataclasses.replace(config, calibrate=True, recalibrate=args.recalibrate or config.recalibrate,
+                                     calibration_budget_s=budget_s)
+        resolved = on_devices(check_inputs(config, run_dir=False), run_dir=False)  # prints the table as it calibrates
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"cached in {cache_dir()}")
+    stored = resolved.calibration.cache_file
+    print(f"cached in {stored}" if stored else "not cached (see the line above); a run with --calibrate measures again")
     return 0

@@ -290,17 +290,7 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
             compile_cache.enable()
         calibration, schedule_reason = None, inputs.schedule_reason
         if config.calibrate or config.recalibrate:
-            from jaxrl_fast.calibration.measure import calibrate
-
-            concurrent = concurrent_placement(config, schedule_reason)
-            calibration = calibrate(config, placement, config.calibration_budget_s, config.recalibrate, log, concurrent)
-            log(calibration.table())
-            config = calibration.apply(config)
-            if calibration.schedule_reason is not None:  # the pass chose the schedule: its reason replaces auto's
-                schedule_reason = f"calibration: {calibration.schedule_reason}"
-                placement = concurrent if config.schedule == "concurrent" else placement
-            elif concurrent is not None:
-                schedule_reason += " (calibration's budget left no time to measure acting beside learning)"
+            config, placement, calibration, schedule_reason = calibrated(config, placement, inputs, log, primary)
         plan = make_plan(config, threads(config, placement))
     except BaseException:  # refused (or stopped) before training began: the new directory goes too
         if lock is not None:
@@ -311,6 +301,30 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
         raise
     return ResolvedRun(config, dataclasses.replace(inputs.spec, num_envs=config.num_envs), placement, plan, calibration,
                        joined, primary, schedule_reason, lock)
+
+
+def calibrated(config: TrainConfig, placement: Any, inputs: Inputs, log: Callable[[str], None], primary: bool
+               ) -> tuple[TrainConfig, Any, Any, str | None]:
+    """The run after calibration (`--calibrate`): its config with the sizes chosen, its placement
+    (concurrent's where the pass chose that schedule), the pass and the schedule's reason."""
+    from jaxrl_fast.calibration.measure import calibrate
+
+    schedule_reason = inputs.schedule_reason
+    concurrent = concurrent_placement(config, schedule_reason)
+    calibration = calibrate(config, placement, config.calibration_budget_s, config.recalibrate, log, concurrent)
+    log(calibration.table())
+    measured = (config, placement)
+    config = calibration.apply(config)
+    if calibration.schedule_reason is not None:  # the pass chose the schedule: its reason replaces auto's
+        schedule_reason = f"calibration: {calibration.schedule_reason}"
+        placement = concurrent if config.schedule == "concurrent" else placement
+    elif concurrent is not None:
+        schedule_reason += " (calibration's budget left no time to measure acting beside learning)"
+    if (config, placement) != measured:  # its sizes, or concurrent's devices, checked as the given ones were
+        warning = check_devices(config, placement, inputs.spec)
+        if warning and primary:
+            log(warning)
+    return config, placement, calibration, schedule_reason
 
 
 def concurrent_placement(config: TrainConfig, schedule_reason: str | None) -> Any:
