@@ -111,11 +111,53 @@ def test_time_limit_is_truncation_not_termination():
     assert (finished.length_sum[[199, 400]] == 200 * n).all()
 
 
+
+def test_an_id_with_no_registered_time_limit_ends_episodes_as_its_env_says():
+    """EnvPool registers BabyAI's ids with max_episode_steps 0 and ends each task at its own limit:
+    a success is a termination (the clock must not make it a truncation), and an evaluation plays
+    the whole episode (not 0 + 1 steps)."""
+    from jaxrl_fast.run.evaluation import Evaluator
+
+    n, horizon = 8, 300
+    xla_env = make_xla_env("BabyAI-GoToRedBallGrey-v0", num_envs=n, num_threads=1, seed=0)
+    assert xla_env.spec.max_episode_steps == 0
+    actions = jax.random.randint(jax.random.key(0), (horizon, n), 0, 3)  # turn left, right, forward
+    (steps, _, _), _ = rollout(xla_env, actions)
+    success = steps.reward > 0
+    assert success.any() and steps.terminated[success].all() and not steps.truncated[success].any()
+    assert steps.truncated.any() and (steps.reward[steps.truncated] == 0).all()  # the task's own limit: a time-out
+    xla_env.pool.close()
+    rng = np.random.default_rng(0)
+    evaluator = Evaluator("BabyAI-GoToRedBallGrey-v0", 4, 0, lambda payload, obs, seed: rng.integers(0, 3, len(obs)),
+                          lambda result, _: None, xla_env.spec.max_episode_steps)
+    try:
+        result = evaluator.evaluate(None, 0)
+    finally:
+        evaluator.close()
+    assert min(result.lengths) > 1
+
 def test_unknown_env_id_suggests_close_matches():
     with pytest.raises(EnvError, match="CartPole-v1"):
         ids.check_env_id("CartPole-v2")
     with pytest.raises(EnvError, match="HalfCheetah"):
         ids.check_env_id("halfcheetah-v4")
+
+
+@pytest.mark.parametrize("env_id, says", [("FrozenLake-v1", "observes one integer"), ("Catch-v0", r"an array \[10, 5\]")])
+def test_observations_that_are_not_vectors_are_refused_in_one_line(env_id, says):
+    from jaxrl_fast.types import ConfigError
+    from support import make_config, resolved
+
+    with pytest.raises(ConfigError, match=says):
+        resolved(make_config(env=env_id, algo="ppo"))
+
+
+@pytest.mark.parametrize("option, says", [("noop_max=0", "noop_max=1 gives no no-op starts"),
+                                          ("zero_discount_on_life_loss=true", "does not read")])
+def test_atari_options_that_crash_envpool_or_are_ignored_are_refused(option, says):
+    with pytest.raises(EnvError, match=says):
+        ids.check_env_kwargs("Breakout-v5", ids.parse_env_kwargs([option]))
+    ids.check_env_kwargs("Breakout-v5", ids.parse_env_kwargs(["noop_max=1", "zero_discount_on_life_loss=false"]))
 
 
 def test_other_families_are_refused_with_reason():
@@ -157,7 +199,9 @@ def test_every_envpool_id_is_trained_or_refused_by_validation_never_crashes():
             except ConfigError:
                 pass
     images = {env_id for (family, rank, _), env_id in kinds.items() if rank == 3 and family not in ids.PIXEL_FAMILIES}
-    assert trained == set(kinds.values()) - images  # CarRacing's images are refused; every other class trains
+    not_vectors = {env_id for (_, rank, _), env_id in kinds.items() if rank in (0, 2)}  # toy_text's ints and grids
+    assert not_vectors  # FrozenLake's state number and Catch's grid: refused, not a traceback at the first step
+    assert trained == set(kinds.values()) - images - not_vectors  # every other class trains
 
 
 ATARI_TRAINING = dict(episodic_life=True, reward_clip=True)

@@ -232,8 +232,9 @@ def _xla_call(pool: Any, name: str, handle: bytes, specs: Any, capsules: Any) ->
 def end_flags(done: Any, trunc: Any, elapsed: Any, max_steps: int) -> tuple[Any, Any]:
     """(terminated, truncated) from EnvPool's flags, for numpy or jax arrays.
 
-    EnvPool has reported time-limit ends as plain `done` in some versions: trust the clock."""
-    truncated = done & (trunc | (elapsed >= max_steps))
+    EnvPool has reported time-limit ends as plain `done` in some versions: trust the clock, where
+    there is one (`max_steps` 0: the id registers none and its env sets `trunc` itself, BabyAI's)."""
+    truncated = done & (trunc | (elapsed >= max_steps)) if max_steps > 0 else done & trunc
     return done & ~truncated, truncated
 
 

@@ -102,6 +102,17 @@ def add_stats(a: EpisodeStats, b: EpisodeStats) -> EpisodeStats:
     return EpisodeStats(*(x + y for x, y in zip(a, b)))
 
 
+# An evaluation's bound on an episode where the id registers no time limit (EnvPool's BabyAI ids:
+# max_episode_steps 0, each task ending its episodes itself at its own limit, a few hundred steps).
+UNREGISTERED_LIMIT_BOUND = 100_000
+
+
+def episode_bound(max_episode_steps: int) -> int:
+    """The steps an evaluation plays an episode for at most: the env's time limit, or, where it
+    registers none (0), `UNREGISTERED_LIMIT_BOUND`."""
+    return max_episode_steps if max_episode_steps > 0 else UNREGISTERED_LIMIT_BOUND
+
+
 def step_seed(stream: jax.Array, t: jax.Array) -> jax.Array:
     """The uint32 seed of step `t` of an evaluation whose stream is `stream` (`jax.random.key` of
     its one seed): what a sampling policy draws from, in one program or from the host (`step_seeds`)."""

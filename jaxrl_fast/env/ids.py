@@ -26,7 +26,17 @@ ENGINE_OPTIONS = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "
 
 # Options that shape the learner's view of a game but not the game: evaluation pools leave them out,
 # so an evaluation episode is one whole game scored as published tables score it.
-TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip", "zero_discount_on_life_loss")
+TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip")
+
+
+def option_refusal(key: str, value: Any) -> str | None:
+    """Why an EnvPool option that this engine cannot honour, or that crashes EnvPool, is refused; None if it is not."""
+    if key == "zero_discount_on_life_loss" and value:
+        return ("EnvPool applies it through its `discount` field, which this engine does not read (the run would train "
+                "as if it were off); episodic_life=True ends the learner's episode at each lost life")
+    if key == "noop_max" and isinstance(value, int) and value < 1:
+        return "EnvPool's no-op starts draw from 0..noop_max-1 and crash at 0; noop_max=1 gives no no-op starts"
+    return None
 
 
 class EnvError(ConfigError):
@@ -276,6 +286,9 @@ def check_env_kwargs(env_id: str, options: dict[str, Any]) -> None:
         if not fits or (isinstance(value, bool) and not isinstance(default, bool)):
             raise EnvError(f"--env-kwargs: {key}={value!r} is of type {type(value).__name__}; {env_id}'s {key} is of "
                            f"type {type(default).__name__} (default {default!r})")
+        refusal = option_refusal(key, value)
+        if refusal:
+            raise EnvError(f"--env-kwargs: {key}={value!r}: {refusal}")
 
 
 def merge_env_kwargs(*items: Sequence[str]) -> tuple[str, ...]:

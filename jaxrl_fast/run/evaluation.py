@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxrl_fast.engine.acting import draw_seed
 from jaxrl_fast.env.envpool import evaluation_pool
-from jaxrl_fast.env.episodes import step_seeds
+from jaxrl_fast.env.episodes import episode_bound, step_seeds
 from jaxrl_fast.outputs.video import EpisodeRecorder, render_pool, video_path
 
 log = logging.getLogger(__name__)
@@ -171,6 +171,7 @@ class Evaluator:
         if epsilon > 0 and random_actions is None:
             raise ValueError("an evaluation epsilon needs the env's random actions")
         options = options or {}
+        max_episode_steps = episode_bound(max_episode_steps)
         in_program = traceable_policy is not None and video is None and epsilon == 0
         if video is None:
             self._pool = evaluation_pool(env_id, num_episodes, seed, max_episode_steps, in_program and program_per_pool,

@@ -226,6 +226,10 @@ def check_observations(config: TrainConfig, spec: EnvSpec) -> None:
     encoder = hyper.encoder
     flag = f"--{config.algo}.encoder"
     if not spec.pixels:
+        if len(spec.obs_shape) != 1:  # EnvPool's toy_text: FrozenLake's and Taxi's state numbers, Catch's grid
+            shape = "one integer (a Discrete observation)" if not spec.obs_shape else f"an array {list(spec.obs_shape)}"
+            raise ConfigError(f"{config.env} observes {shape}; this version trains on vector observations (a 1-D "
+                              "Box, or a dict of them) and Atari's and Procgen's images")
         if encoder not in ("auto", "none"):
             raise ConfigError(f"{flag} {encoder} encodes images; {config.env} observes vectors {list(spec.obs_shape)} "
                               "(leave it out, or use none)")
