@@ -68,6 +68,7 @@ def test_ppo_balances_brax_inverted_pendulum(tmp_path):
     (["--env", "brax:HalfCheetah"], "not one of brax's environments. Did you mean: brax:halfcheetah"),
     (["--env", "brax:halfcheetah", "--env-kwargs", "backnd=mjx"], "has no argument 'backnd'. Did you mean: backend"),
     (["--env", "brax:halfcheetah", "--env-kwargs", "backend=mujoco"], "Brax's physics backends are positional, generalized"),
+    (["--env", "brax:swimmer", "--env-kwargs", "backend=positional"], "Brax's swimmer cannot be made with backend='positional'"),
     (["--env", "brax:halfcheetah", "--data-parallel"], "--data-parallel shards EnvPool's pools"),
 ])
 def test_bad_brax_input_is_refused_in_one_line(tmp_path, capsys, args, message):
@@ -75,3 +76,9 @@ def test_bad_brax_input_is_refused_in_one_line(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_an_env_without_the_default_physics_backend_is_built_on_its_own():
+    """Brax's swimmer takes only its own `generalized` backend: built on it when none is given."""
+    spec = probe_spec("brax:swimmer")
+    assert spec.obs_shape[0] > 0 and spec.action_shape == (2,)

@@ -74,11 +74,17 @@ def test_evaluation_episodes_played_in_one_program_equal_the_host_loops():
     assert len(set(lengths.tolist())) > 1  # the envs played different episodes
 
 
-def test_a_pools_start_keys_are_the_seeds_keys_then_folded_with_each_reset():
-    from jaxrl_fast.env.jax_envs import start_keys
+def test_a_pools_start_keys_are_the_seeds_env_streams_then_folded_with_each_reset():
+    from jaxrl_fast.env.jax_envs import ENV_STREAM, start_keys
 
     seeds = np.array([0, 7, 2**32 - 1], np.uint32)
-    keys = [jax.random.key(int(seed)) for seed in seeds]
+    keys = [jax.random.fold_in(jax.random.key(int(seed)), ENV_STREAM) for seed in seeds]
+    # no env draws from the agent's stream: env 0's seed is the agent's, whose key splits into its
+    # parameters' key and its loop's (and those split again)
+    agent = jax.random.key(0)
+    drawn = [agent, *jax.random.split(agent), *jax.random.split(agent, 3), *jax.random.split(jax.random.split(agent)[1])]
+    env0 = start_keys(seeds[:1])[0]
+    assert not any(np.array_equal(env0, jax.random.key_data(k)) for k in drawn)
     in_program = jax.jit(start_keys)  # the round traced, as the evaluation's program takes it
     first = np.stack([jax.random.key_data(k) for k in keys])
     np.testing.assert_array_equal(start_keys(seeds), first)
@@ -231,6 +237,9 @@ def test_minatar_trains_and_its_score_moves(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--env", "gymnax:CartPol-v1"], "not one of gymnax's environments. Did you mean: gymnax:CartPole-v1"),
     (["--env", CARTPOLE, "--env-kwargs", "max_steps=10"], "has no parameter 'max_steps'. Did you mean: max_steps_in_episode"),
+    (["--env", CARTPOLE, "--env-kwargs", "max_steps_in_episode=0"], "max_steps_in_episode=0 must be a positive integer"),
+    (["--env", CARTPOLE, "--env-kwargs", "max_steps_in_episode=abc"], "max_steps_in_episode='abc' is of type str"),
+    (["--env", CARTPOLE, "--env-kwargs", "gravity=heavy"], "gravity='heavy' is of type str"),
     (["--env", CARTPOLE, "--calibrate"], "--calibrate measures EnvPool's pools"),
     (["--env", CARTPOLE, "--env-batch-size", "4"], "--env-batch-size: EnvPool's async mode needs an EnvPool id"),
 ])

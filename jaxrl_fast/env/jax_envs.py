@@ -172,9 +172,10 @@ def functional(env_id: str, options: tuple[tuple[str, Any], ...] = ()) -> Functi
 def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
     env, params = import_library("gymnax").make(name_of(env_id))
     fields = [f.name for f in dataclasses.fields(params)]
-    for key in options:
+    for key, value in options.items():
         if key not in fields:
             raise unknown_option(env_id, key, fields, "parameter")
+        check_parameter(env_id, key, value, getattr(params, key))
     params = params.replace(**options)
     action = env.action_space(params)
     if not hasattr(action, "n") and not hasattr(action, "low"):
@@ -191,6 +192,20 @@ def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
         action_low=fields["action_low"], action_high=fields["action_high"], max_steps=int(params.max_steps_in_episode))
 
 
+def check_parameter(env_id: str, key: str, value: Any, default: Any) -> None:
+    """A gymnax parameter's value of its default's kind (a bool, an integer, a number), and a time
+    limit of at least one step; refused in one line otherwise."""
+    kind = np.asarray(default).dtype.kind
+    fits = {"b": isinstance(value, bool), "i": isinstance(value, int) and not isinstance(value, bool),
+            "u": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            "f": isinstance(value, (int, float)) and not isinstance(value, bool)}.get(kind, True)
+    if not fits:
+        raise JaxEnvError(f"--env-kwargs: {key}={value!r} is of type {type(value).__name__}; {env_id}'s {key} is "
+                          f"{np.asarray(default).dtype.name} (default {np.asarray(default).item()!r})")
+    if key == "max_steps_in_episode" and value < 1:
+        raise JaxEnvError(f"--env-kwargs: max_steps_in_episode={value!r} must be a positive integer")
+
+
 BRAX_BACKENDS = ("positional", "generalized", "mjx", "spring")
 BRAX_BACKEND = "positional"  # the fastest of the four at 256 envs on a 2-core CPU (docs/own-env.md)
 BRAX_EPISODE_LENGTH = 1000  # Brax's training default, and its papers'
@@ -199,6 +214,7 @@ BRAX_EPISODE_LENGTH = 1000  # Brax's training default, and its papers'
 def brax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
     library, name = import_library("brax"), name_of(env_id)
     options = dict(options)
+    given_backend = "backend" in options
     backend = options.pop("backend", BRAX_BACKEND)
     max_steps = options.pop("episode_length", BRAX_EPISODE_LENGTH)
     if backend not in BRAX_BACKENDS:
@@ -212,7 +228,13 @@ def brax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
             raise unknown_option(env_id, key, ["backend", "episode_length", *arguments], "argument")
     with warnings.catch_warnings():  # "not actively being maintained", at every env built (docs/own-env.md says so once)
         warnings.filterwarnings("ignore", message="Brax System", category=UserWarning)
-        env = library.get_environment(name, backend=backend, **options)
+        try:
+            env = library.get_environment(name, backend=backend, **options)
+        except ValueError as error:  # a backend the env does not take (swimmer: generalized only)
+            if given_backend or "backend" not in str(error):
+                raise JaxEnvError(f"--env: Brax's {name} cannot be made with backend={backend!r}"
+                                  f"{' and ' + str(options) if options else ''}: {error}") from error
+            env = library.get_environment(name, **options)  # its own default backend
 
     def reset(key):
         state = env.reset(key)
@@ -300,11 +322,16 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     return np.asarray(seeds_of_envs(seed, num_envs), np.uint32)
 
 
+ENV_STREAM = 0x656E76  # "env": env i's keys are folded off `key(seed_i)`, which the agent of seed_i draws from
+
+
 def start_keys(seeds: Any, round: Any = 0) -> jax.Array:
-    """The envs' key data at their `round`-th reset: `jax.random.key(seed)` first, then that key
-    folded with the round, so that a pool reset again starts new episodes, as EnvPool's does.
-    A Python `round` from the host; a traced one inside a program (`episodes_program`)."""
-    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    """The envs' key data at their `round`-th reset: `key(seed)` folded with `ENV_STREAM` first (a
+    stream of the env's own: env 0's seed is the agent's, whose key splits into its parameters'
+    and its loop's), then folded with the round, so that a pool reset again starts new episodes,
+    as EnvPool's does. A Python `round` from the host; a traced one inside a program
+    (`episodes_program`)."""
+    keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), ENV_STREAM))(jnp.asarray(seeds, jnp.uint32))
     if isinstance(round, int):
         return jax.random.key_data(jax.vmap(jax.random.fold_in, (0, None))(keys, round) if round else keys)
     folded = jax.vmap(jax.random.fold_in, (0, None))(keys, round)
