@@ -394,6 +394,33 @@ def test_a_resume_past_a_later_best_gets_the_best_of_its_checkpoint_back(tmp_pat
     assert not resumed.offer(250, 9.0, 1.0, 5, payload(2.5))  # below the best the log still holds (step 100)
 
 
+
+def test_an_evaluation_that_reports_after_its_checkpoint_was_written_is_that_checkpoints_best(tmp_path):
+    """An evaluation of step 200 that ends after the checkpoint of 200 was saved (it runs beside
+    training) and beats the best: a run resumed from 200 keeps that evaluation's log line, so it
+    keeps its policy too, not the best the checkpoint linked when it was saved (or none)."""
+    import jax.numpy as jnp
+
+    from jaxrl_fast.outputs.best import BestPolicy, read_best_policy
+    from jaxrl_fast.outputs.checkpoint import Checkpointer
+
+    def payload(value):
+        return {"params": {"w": np.full((3, 2), value, np.float32)}}
+
+    best, checkpointer = BestPolicy(tmp_path), Checkpointer(tmp_path, keep=3)
+    checkpointer.save(200, {"w": jnp.zeros(2)}, {"w": jnp.zeros(2)}, {"iterations": 200})  # no best yet: no link
+    assert best.offer(200, 10.0, 1.0, 5, payload(2.0))  # the evaluation of step 200 reports now
+    checkpointer.save(400, {"w": jnp.zeros(2)}, {"w": jnp.zeros(2)}, {"iterations": 400})
+    assert best.offer(300, 11.0, 1.0, 5, payload(3.0))  # of step 300, reported after the checkpoint of 400
+    assert best.offer(500, 12.0, 1.0, 5, payload(5.0))  # then a kill before the checkpoint of 600
+    checkpointer.close()
+    assert read_best_policy(tmp_path / "checkpoints" / "200" / "best_policy.npz")[1]["step"] == 200
+    assert read_best_policy(tmp_path / "checkpoints" / "400" / "best_policy.npz")[1]["step"] == 300
+    for checkpoint, kept in ((400, 3.0), (200, 2.0)):
+        resumed = BestPolicy(tmp_path, resumed_from=checkpoint)
+        arrays, meta = read_best_policy(resumed.path)
+        assert resumed.step == meta["step"] < 500 and arrays["00000"][0, 0] == kept
+
 def test_a_best_policy_that_cannot_be_written_is_counted_not_raised(tmp_path):
     from jaxrl_fast.outputs.best import BestPolicy
 

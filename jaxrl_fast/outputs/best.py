@@ -12,8 +12,9 @@ the step, the evaluation's mean, std and episode count, and the arrays' tree pat
 to a temporary name and renamed, so a reader meets the previous best or the new one, never half
 of one. A resumed run keeps the best its earlier process wrote until an evaluation beats it; one
 from past the checkpoint it resumes from is replaced by the best as it stood at that checkpoint
-(each checkpoint keeps a link to it, `CHECKPOINT_DIR/<step>/best_policy.npz`), or removed where
-that checkpoint has none, as that trajectory's metrics are.
+(each checkpoint keeps a link to it, `CHECKPOINT_DIR/<step>/best_policy.npz`, replaced when an
+evaluation of a step it covers reports a new best after it was written), or removed where that
+checkpoint has none, as that trajectory's metrics are.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -107,7 +109,26 @@ class BestPolicy:
                 log.error("best policy at step %d could not be written to %s: %s", step, self.path, error)
                 return False
             self.mean, self.step = float(mean), int(step)
+            self._link_into_checkpoints(int(step))
             return True
+
+    def _link_into_checkpoints(self, step: int) -> None:
+        """The new best, linked into every checkpoint of its step or later in place of the link that
+        checkpoint took when it was saved: an evaluation reports after training moved on, so one of a
+        step a checkpoint covers often ends after that checkpoint was written, and a run resumed from
+        it keeps that evaluation's line. It beats every evaluation reported before it, so it is the
+        best of each such checkpoint's steps."""
+        for checkpoint in self.path.parent.iterdir():
+            if not checkpoint.name.isdigit() or int(checkpoint.name) < step:
+                continue
+            link = checkpoint / BEST_POLICY
+            try:
+                partial = link.with_name(link.name + ".linking")
+                partial.unlink(missing_ok=True)
+                os.link(self.path, partial)
+                os.replace(partial, link)
+            except OSError as error:  # a checkpoint rotated away meanwhile, or a file system without links
+                log.debug("best policy not linked into checkpoint %s: %s", checkpoint.name, error)
 
     def _write(self, step: int, mean: float, std: float, episodes: int, payload: Any) -> None:
         flat, paths = flatten_state(payload)
