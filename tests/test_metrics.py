@@ -25,6 +25,19 @@ def test_a_late_evaluation_line_is_put_back_in_step_order(tmp_path):
         (256, "train"), (256, "eval"), (512, "train"), (768, "train"), (768, "eval"), (1024, "train")]
 
 
+
+def test_an_evaluation_later_than_the_lines_kept_in_memory_still_goes_in_step_order(tmp_path):
+    sink = MetricsSink(tmp_path, tensorboard=False)
+    steps = [256 * (i + 1) for i in range(MetricsSink.TAIL_LINES + 44)]
+    for step in steps:
+        sink.write(step, {"sps": 1.0})
+    sink.write(2560, {"eval_return_mean": 10.0})  # an evaluation that took 290 log lines
+    sink.write(steps[-1] + 256, {"sps": 1.0})
+    sink.close()
+    logged = steps_in(tmp_path / "metrics.jsonl")
+    assert [step for step, _ in logged] == sorted(step for step, _ in logged)
+    assert logged[logged.index((2560, "train")) + 1] == (2560, "eval") and len(logged) == len(steps) + 2
+
 def test_a_resumed_sink_appends_after_the_lines_kept(tmp_path):
     sink = MetricsSink(tmp_path, tensorboard=False)
     sink.write(256, {"sps": 1.0})

@@ -105,7 +105,7 @@ class MetricsSink:
     anew from it: a killed run loses the events its writer had not flushed yet (every 10 s), and
     TensorBoard's purge only hides later steps, so patching the old files cannot make them agree."""
 
-    TAIL_LINES = 256  # lines kept in memory to place a late evaluation line among
+    TAIL_LINES = 256  # lines kept in memory to place a late evaluation line among (an older one: all the file's)
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, rebuild_tensorboard: bool = False,
                  clock: RunClock = RunClock()):
@@ -147,9 +147,10 @@ class MetricsSink:
 
     def _insert(self, step: int, line: bytes) -> None:
         """Write `line` after the last line of a step <= `step` (the end, unless it comes late)."""
-        later = len(self._tail)
-        while later and self._tail[later - 1][0] > step:
-            later -= 1
+        later = self._place(step)
+        if later == 0 and self._tail and sum(len(text) for _, text in self._tail) < self._end:
+            self._tail = self._whole_file()  # later than the lines kept (rare): placed among all of them
+            later = self._place(step)
         moved = b"".join(text for _, text in self._tail[later:])
         data, at = line + moved, self._end - len(moved)
         try:
@@ -164,6 +165,24 @@ class MetricsSink:
         self._end += len(line)
         self._tail.insert(later, (step, line))
         del self._tail[:-self.TAIL_LINES]
+
+    def _place(self, step: int) -> int:
+        """The index in the tail after the last line of a step <= `step`."""
+        later = len(self._tail)
+        while later and self._tail[later - 1][0] > step:
+            later -= 1
+        return later
+
+    def _whole_file(self) -> list[tuple[int, bytes]]:
+        """(step, line) of every line of the file, in file order (a line that does not read as a
+        record, which no write of this sink makes, as of step -1: kept where it is)."""
+        def step_of(line: bytes) -> int:
+            try:
+                return int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                return -1
+
+        return [(step_of(line), line) for line in os.pread(self._fd, self._end, 0).splitlines(keepends=True)]
 
     def sync(self) -> None:
         """The lines logged so far on the disk (before a checkpoint: a crash then loses no line the
