@@ -43,6 +43,9 @@ class EnvSpec:
     obs_dtype: str = "float32"
     frame_stack: int = 1  # observations stack this many frames along their first axis, newest last (Atari)
     obs_keys: tuple[str, ...] = ()  # a dict observation's keys, flattened in this order into one vector (dm_control)
+    # The observation as the env gives it, where the learner sees it flattened: a dict's (key, shape)
+    # per key of `obs_keys`, or ("", shape) for a Box of several axes; () where it is `obs_shape` itself.
+    obs_parts: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def pixels(self) -> bool:

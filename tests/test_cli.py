@@ -118,7 +118,7 @@ def test_a_flag_of_another_algorithm_is_refused(tmp_path):
         (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
         (["--algo", "sac", "--env", "Pendulum-v1", "--dispatch-steps", "-1"], "--dispatch-steps must be"),
         (["--video-interval", "-1"], "--video-interval must be 0"),
-        (["--env", "FrozenLake-v1", "--video-interval", "1"], "--video-interval: FrozenLake-v1 cannot be rendered here"),
+        (["--env", "Blackjack-v1", "--video-interval", "1"], "--video-interval: Blackjack-v1 cannot be rendered here"),
         (["--algo", "dqn", "--eval-policy", "sampled"], "dqn's policy is deterministic (sampled: ppo, sac)"),
         (["--eval-policy", "sampled", "--eval-epsilon", "0.05"], "give one (add --eval-epsilon 0"),
         (["--scaled-reward-clip", "10"], "clips the rewards --scale-rewards scales; add it"),

@@ -232,6 +232,11 @@ def test_minatar_trains_and_its_score_moves(tmp_path):
                               progress="off", run_dir=tmp_path / "run")
     evals = [line["eval_return_mean"] for line in read_metrics(result.run_dir / "metrics.jsonl") if "eval_return_mean" in line]
     assert evals[-1] > evals[0] + 1.0, evals
+    # its policy takes MinAtar's own [10, 10, 4] grids (one, or a batch), which the learner saw flattened
+    grids, _ = make_pool("gymnax:Breakout-MinAtar", num_envs=3, num_threads=1, seed=0).reset()
+    policy = jaxrl_fast.load_policy(result.run_dir)
+    raw = np.asarray(grids).reshape(3, 10, 10, 4)
+    assert policy(raw).shape == (3,) and policy(raw[0]).shape == () and policy(raw[0]) == policy(raw)[0]
 
 
 @pytest.mark.parametrize("args, message", [

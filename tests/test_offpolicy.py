@@ -209,3 +209,4 @@ def test_a_dm_control_task_trains_from_its_dict_observations_and_its_policy_take
     obs, _ = raw.reset()
     policy = load_policy(tmp_path / "run")
     assert policy(obs).shape == (3, 6) and policy({k: v[0] for k, v in obs.items()}).shape == (6,)
+    assert policy({k: v[:1] for k, v in obs.items()}).shape == (1, 6)  # a batch of one: EnvPool's num_envs=1 loop

@@ -70,6 +70,20 @@ def test_run_with_video_interval_leaves_decodable_videos_and_a_learning_curve(tm
     assert not [path for path in run_dir.rglob(".*") if path.is_file()]  # no write left half done
 
 
+
+def test_a_run_stopped_at_its_target_ends_with_a_video_of_its_final_policy(tmp_path):
+    """The evaluation of its last step ran already (the one that reached the target, or the one
+    after) and is reused, unfilmed (only the 1st and every 100th are): the final policy is filmed all the same."""
+    run_dir = tmp_path / "run"
+    assert main(["--total-steps", "100000", "--eval-interval", "1024", "--log-interval", "1024", "--eval-episodes", "2",
+                 "--target-return", "9", "--video-interval", "100", "--run-dir", str(run_dir), "--progress", "off"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] < 100000 and summary["final_eval_return_mean"] is not None  # stopped at its target
+    assert f"videos/step_{summary['steps']:010d}.mp4" in summary["videos"], summary["videos"]
+    evals = [line["step"] for line in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+             if "eval_return_mean" in line]
+    assert len(evals) == len(set(evals))  # the video's evaluation logged no second line
+
 def test_a_renderer_that_raises_costs_the_video_not_the_run(tmp_path, monkeypatch, caplog):
     def broken_renderer(pool, env_index=0):
         raise RuntimeError("no OpenGL today")

@@ -158,6 +158,8 @@ def spec_of(pool: Any, env_id: str) -> EnvSpec:
         obs_dtype="uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32",
         frame_stack=int(pool.config.get("stack_num", 1)) if env_family(env_id) in PIXEL_FAMILIES else 1,
         obs_keys=pool.keys if isinstance(pool, FlatObservations) else (),
+        obs_parts=tuple((k, tuple(pool._pool.observation_space[k].shape)) for k in pool.keys)
+        if isinstance(pool, FlatObservations) else (),
     )
 
 

@@ -239,9 +239,12 @@ class GymPool:
 
 
 def spec_of(pool: GymPool, env_id: str) -> EnvSpec:
+    raw = pool.vector.single_observation_space
+    parts = (tuple((k, tuple(raw.spaces[k].shape)) for k in pool.keys) if pool.keys else
+             (("", tuple(raw.shape)),) if len(raw.shape) != 1 else ())
     return EnvSpec(
         env_id=env_id, family=FAMILY, num_envs=pool.num_envs, obs_shape=pool.single_observation_space.shape,
-        **action_fields(pool.single_action_space), max_episode_steps=pool.limit, obs_keys=pool.keys)
+        **action_fields(pool.single_action_space), max_episode_steps=pool.limit, obs_keys=pool.keys, obs_parts=parts)
 
 
 @dataclasses.dataclass

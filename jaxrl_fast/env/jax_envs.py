@@ -156,6 +156,7 @@ class FunctionalEnv:
     reset: Callable[[jax.Array], tuple[jax.Array, Any]]  # key -> (obs, state)
     step: Callable[[jax.Array, Any, jax.Array], tuple[jax.Array, Any, jax.Array, jax.Array]]  # -> obs, state, reward, terminated
     obs_size: int
+    obs_given: tuple[int, ...]  # the observation's shape as the library gives it (flattened to obs_size)
     num_actions: int  # 0 for continuous actions
     action_low: tuple[float, ...]  # () for discrete actions
     action_high: tuple[float, ...]
@@ -188,7 +189,8 @@ def gymnax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
 
     return FunctionalEnv(
         reset=lambda key: env.reset_env(key, params), step=step,
-        obs_size=int(np.prod(env.observation_space(params).shape)), num_actions=fields["num_actions"],
+        obs_size=int(np.prod(env.observation_space(params).shape)), obs_given=tuple(env.observation_space(params).shape),
+        num_actions=fields["num_actions"],
         action_low=fields["action_low"], action_high=fields["action_high"], max_steps=int(params.max_steps_in_episode))
 
 
@@ -246,8 +248,8 @@ def brax_env(env_id: str, options: dict[str, Any]) -> FunctionalEnv:
 
     size = int(env.action_size)
     # Brax's `observation_size` runs a reset op by op (15 s on a CPU under MJX); tracing one is free
-    obs_size = int(np.prod(jax.eval_shape(reset, jax.random.key(0))[0].shape))
-    return FunctionalEnv(reset=reset, step=step, obs_size=obs_size, num_actions=0,
+    obs_given = tuple(jax.eval_shape(reset, jax.random.key(0))[0].shape)
+    return FunctionalEnv(reset=reset, step=step, obs_size=int(np.prod(obs_given)), obs_given=obs_given, num_actions=0,
                          action_low=(-1.0,) * size, action_high=(1.0,) * size, max_steps=int(max_steps))
 
 
@@ -256,6 +258,7 @@ def spec_of(env_id: str, num_envs: int, options: dict[str, Any] | None = None) -
     discrete = env.num_actions > 0
     return EnvSpec(
         env_id=env_id, family=env_family(env_id), num_envs=num_envs, obs_shape=(env.obs_size,),
+        obs_parts=(("", env.obs_given),) if len(env.obs_given) != 1 else (),
         discrete=discrete, num_actions=env.num_actions, action_shape=() if discrete else (len(env.action_low),),
         action_low=env.action_low, action_high=env.action_high, max_episode_steps=env.max_steps)
 

@@ -446,7 +446,6 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, best: bool = Fa
     from jaxrl_fast.config.run import config_from_dict, family
     from jaxrl_fast.engine.acting import EvalPayload, draw_seed, env_options, evaluation_policy
     from jaxrl_fast.ops.normalization import init_moments
-    from jaxrl_fast.types import EnvSpec
 
     directory = Path(run_dir).resolve() / CHECKPOINT_DIR
     info_path = directory / POLICY_JSON
@@ -458,7 +457,7 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, best: bool = Fa
     try:
         info = json.loads(info_path.read_text())
         config = config_from_dict(info["train_config"])
-        spec = EnvSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["env_spec"].items()})
+        spec = spec_from_json(info["env_spec"])
     except (OSError, ValueError, KeyError, TypeError) as error:  # a truncated or hand-edited file
         raise CheckpointError(f"{info_path} cannot be read ({type(error).__name__}: {error}); a --resume of the run "
                               "writes it again") from error
@@ -482,6 +481,8 @@ def load_policy(run_dir: str | Path, step: int | None = None, *, best: bool = Fa
     def policy(obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
         if isinstance(obs, dict) and spec.obs_keys:
             obs = flat_observation(obs, spec)
+        elif spec.obs_parts and not spec.obs_keys:  # a Box of several axes, which the learner saw flattened
+            obs = flat_box(np.asarray(obs), tuple(spec.obs_parts[0][1]))
         obs = np.asarray(obs, spec.obs_dtype)  # uint8 frames stay uint8: the encoder scales them
         check_observation_shape(obs.shape, tuple(spec.obs_shape), spec.env_id)
         single = obs.shape == tuple(spec.obs_shape)
@@ -529,16 +530,39 @@ def saved_policy(directory: Path, step: int | None, best: bool) -> tuple[dict[st
     return dict(out.policy), out.meta["policy_paths"], step, None
 
 
+def spec_from_json(fields: dict[str, Any]) -> Any:
+    """An `EnvSpec` as `policy.json` holds it (JSON lists for its tuples)."""
+    from jaxrl_fast.types import EnvSpec
+
+    def as_tuple(value: Any) -> Any:
+        return tuple(as_tuple(v) for v in value) if isinstance(value, list) else value
+
+    return EnvSpec(**{k: as_tuple(v) for k, v in fields.items()})
+
+
+def flat_box(obs: np.ndarray, given: tuple[int, ...]) -> np.ndarray:
+    """A Box observation of several axes (one of shape `given`, or a batch `[N, *given]`) as the
+    vector(s) the policy trained on; any other shape is left for the shape check to refuse."""
+    if obs.shape == given:
+        return obs.reshape(-1)
+    if obs.shape[1:] == given:
+        return obs.reshape(obs.shape[0], -1)
+    return obs
+
+
 def flat_observation(obs: dict[str, Any], spec: Any) -> np.ndarray:
-    """EnvPool's dict observation (one, or a batch `[N, ...]` per key) as the vector(s) the policy
-    trained on; a batch of one reads as one observation."""
+    """A dict observation (one, or a batch `[N, ...]` per key) as the vector(s) the policy trained
+    on: one where every key has its own shape (`spec.obs_parts`), a batch otherwise, a batch of one
+    too (a policy.json of before 2026-11-29, which names no shapes, reads a batch of one as one)."""
     from jaxrl_fast.env.spaces import flatten_observations
 
     missing = [k for k in spec.obs_keys if k not in obs]
     if missing:
         raise CheckpointError(f"load_policy: the observation lacks {', '.join(missing)}; this policy ({spec.env_id}) "
                               f"takes a dict of {', '.join(spec.obs_keys)}")
-    single = sum(np.size(obs[k]) for k in spec.obs_keys) == spec.obs_shape[0]
+    shapes = dict(spec.obs_parts)
+    single = (all(np.shape(obs[k]) == tuple(shapes[k]) for k in spec.obs_keys) if shapes else
+              sum(np.size(obs[k]) for k in spec.obs_keys) == spec.obs_shape[0])
     rows = 1 if single else np.shape(obs[spec.obs_keys[0]])[0]
     flat = flatten_observations({k: np.reshape(np.asarray(obs[k]), (rows, -1)) for k in spec.obs_keys}, spec.obs_keys)
     return flat[0] if single else flat

@@ -195,6 +195,7 @@ class Evaluator:
         self.failures = 0
         self.last_error: str | None = None
         self.evaluations = 0  # started, in this thread or the caller's
+        self.filmed_steps: set[int] = set()  # the steps whose evaluation left a video
         self.videos: list[Path] = []
         self.video_failures = 0
         self._thread = threading.Thread(target=self._loop, name="jaxrl_fast-evaluator", daemon=True)
@@ -238,6 +239,10 @@ class Evaluator:
         """Run an evaluation in the calling thread (the final one, filmed when videos are on)."""
         return self._evaluate(payload, step, final=True)
 
+    def films_unfilmed(self, step: int) -> bool:
+        """Whether videos are on and no evaluation of `step` left one (the final policy is filmed)."""
+        return self._video is not None and step not in self.filmed_steps
+
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no evaluation is pending or running; False on timeout."""
         deadline = time.monotonic() + timeout
@@ -279,8 +284,8 @@ class Evaluator:
                 if recorder is not None:
                     recorder.finish(keep=False)  # half an episode of a failed evaluation is no evaluation video
                 raise
-            if recorder is not None:
-                self._keep_video(recorder)
+            if recorder is not None and self._keep_video(recorder):
+                self.filmed_steps.add(step)
         return EvalResult(step, returns, lengths, time.perf_counter() - start)
 
     def _acting(self, payload: Any, seeds: np.random.Generator, step: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -297,12 +302,14 @@ class Evaluator:
             return policy
         return epsilon_greedy(policy, self._epsilon, self._random_actions, np.random.default_rng([self._seed, step]))
 
-    def _keep_video(self, recorder: EpisodeRecorder) -> None:
+    def _keep_video(self, recorder: EpisodeRecorder) -> bool:
+        """Keep the recorder's video; whether there is one."""
         path = recorder.finish()
         if path is not None:
             self.videos.append(path)
         elif recorder.error is not None:
             self.video_failures += 1
+        return path is not None
 
     def _loop(self) -> None:
         while True:

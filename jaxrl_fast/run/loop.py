@@ -153,6 +153,8 @@ def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, pa
                 agent = run.agent(payload(), seed.index)
                 final = seed.evaluator.evaluate(agent, steps)
                 seed.report.evaluation(final, agent)
+            elif seed.evaluator.films_unfilmed(steps):  # reused, but not filmed: a video of the final policy still
+                seed.evaluator.evaluate(run.agent(payload(), seed.index), steps)
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         seed.evaluator.failures += 1
         log.exception("final evaluation failed")
