@@ -179,6 +179,27 @@ def test_a_sigint_during_compilation_is_not_lost(tmp_path):
     assert trained == [] and checkpoint_steps(run_dir) == []  # nothing trained: --resume starts it over
 
 
+
+def test_ctrl_c_during_the_api_runs_final_evaluation_ends_it_and_the_summary_is_written(tmp_path, monkeypatch):
+    """The final evaluation can take minutes (Atari's games): through the API a first Ctrl-C there
+    is noted, a second ends it (as it ends a training call), and the summary is written all the same."""
+    from jaxrl_fast.run.evaluation import Evaluator
+
+    evaluate = Evaluator.evaluate
+
+    def interrupted(self, payload, step):
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs here, in the main thread: the second raises
+        return evaluate(self, payload, step)
+
+    monkeypatch.setattr(Evaluator, "evaluate", interrupted)
+    result = jaxrl_fast.train(env="CartPole-v1", algo="ppo", total_steps=2048, eval_interval=0, progress="off",
+                              run_dir=tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert result.summary["steps"] == summary["steps"] == 2048 and summary["final_eval_return_mean"] is None
+    assert checkpoint_steps(tmp_path / "run") == [2048]
+
 def test_resume_refuses_a_budget_below_the_steps_done_and_a_finished_run_logs_its_final_evaluation_once(ppo_2048, capsys):
     config = ppo_2048
     saved = (config.run_dir / "config.json").read_text()

@@ -140,13 +140,15 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
         raise KeyboardInterrupt
 
 
-def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, payload: Callable[[], Any]) -> EvalResult | LoggedEval | None:
+def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, payload: Callable[[], Any],
+                     stop: StopRequest | None = None) -> EvalResult | LoggedEval | None:
     """An agent's evaluation of the last step (reused when its evaluator ran it already); `payload()`
     gives every agent's policy, placed where the periodic evaluations' payloads arrive (so that it
-    reuses their program)."""
+    reuses their program). None where training was interrupted, or a stop was requested since (an
+    evaluation can take minutes: a second SIGINT ends one under way)."""
     final: EvalResult | None = None
     try:
-        if progress.done and not progress.interrupted and progress.error is None:
+        if progress.done and not progress.interrupted and progress.error is None and (stop is None or stop.signal is None):
             seed.evaluator.wait_idle(timeout=600)
             final = seed.report.results.get(steps) or seed.report.logged.get(steps)
             if final is None:
@@ -155,6 +157,9 @@ def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, pa
                 seed.report.evaluation(final, agent)
             elif seed.evaluator.films_unfilmed(steps):  # reused, but not filmed: a video of the final policy still
                 seed.evaluator.evaluate(run.agent(payload(), seed.index), steps)
+    except KeyboardInterrupt:  # a second SIGINT (the API's; the CLI's ends the process): the summary still
+        final = None
+        log.warning("final evaluation stopped; the summary is written without it")
     except Exception:  # a failing final evaluation is reported; the run's data stays intact
         seed.evaluator.failures += 1
         log.exception("final evaluation failed")
@@ -237,8 +242,9 @@ def seeds_summary(run: Run, progress: Progress, steps: int, summaries: list[dict
     return summary
 
 
-def finish(run: Run, progress: Progress) -> dict[str, Any]:
-    """The final checkpoints and evaluations, then summary.json (each agent's, and their aggregate)."""
+def finish(run: Run, progress: Progress, stop: StopRequest | None = None) -> dict[str, Any]:
+    """The final checkpoints and evaluations, then summary.json (each agent's, and their aggregate);
+    a stop requested after training (`stop`) skips or ends the final evaluations, never the summary."""
     steps = run.plan.step_at(progress.done) if progress.done else 0
     if progress.error is None and not progress.forced and progress.done > progress.saved_at:  # the end (or an interruption) is a checkpoint too
         try:
@@ -253,7 +259,7 @@ def finish(run: Run, progress: Progress) -> dict[str, Any]:
     if not run.primary:  # process 0 evaluates and writes the summaries
         return {"steps": steps, "interrupted": progress.interrupted}
     payload = functools.cache(lambda: jax.device_put(run.schedule.eval_payload(), placements.host_device()))
-    finals = [final_evaluation(run, seed, progress, steps, payload) for seed in run.seeds]
+    finals = [final_evaluation(run, seed, progress, steps, payload, stop) for seed in run.seeds]
     run.progress.close()
     summaries = [seed_summary(run, seed, progress, steps, final) for seed, final in zip(run.seeds, finals)]
     summary = summaries[0] if len(run.seeds) == 1 else seeds_summary(run, progress, steps, summaries)
@@ -333,24 +339,24 @@ def train_resolved(resolved: ResolvedRun, stop: StopRequest | None) -> dict[str,
     message(f"{config.algo} on {config.env}: {sizes}, {stepping}, {chosen}, {placement_text(run.schedule.describe())} -> {run.run_dir}")
     tracer = CallTracer(run.run_dir / PROFILE_DIR, run.plan.profile) if run.plan.profile else None
     owned, stop = stop is None, stop or StopRequest()
-    try:
-        with stop if owned else contextlib.nullcontext():  # the CLI's stays in place for finish() too
+    with stop if owned else contextlib.nullcontext():  # in place for finish() too (the CLI's is the command's)
+        try:
             train_calls(run, progress, stop, tracer)
-    except KeyboardInterrupt:
-        progress.interrupted, progress.forced = True, stop.forced
-        message(f"{stop.name}: " + ("stopped at once, without a final checkpoint" if stop.forced else
-                                    "writing a final checkpoint and the summary of what ran" if progress.done else
-                                    f"stopped before the first training call; --resume {run.run_dir} starts the run over"))
-    except (NonFiniteError, CheckpointSaveError) as failure:  # the caller reports these in one line
-        progress.error = failure
-    except Exception as failure:  # a failing schedule thread: stop, keep what was written
-        progress.error = env_error_behind(failure)  # a Python env's own error, not XLA's text of it
-        if not isinstance(progress.error, GymEnvError):  # the caller reports that one in one line
-            log.error("training stopped: %s", failure)
-    finally:
-        progress.profile = tracer.close() if tracer else None  # a window the run ended inside is written too
-        run.schedule.close()
-    summary = finish(run, progress)
+        except KeyboardInterrupt:
+            progress.interrupted, progress.forced = True, stop.forced
+            message(f"{stop.name}: " + ("stopped at once, without a final checkpoint" if stop.forced else
+                                        "writing a final checkpoint and the summary of what ran" if progress.done else
+                                        f"stopped before the first training call; --resume {run.run_dir} starts the run over"))
+        except (NonFiniteError, CheckpointSaveError) as failure:  # the caller reports these in one line
+            progress.error = failure
+        except Exception as failure:  # a failing schedule thread: stop, keep what was written
+            progress.error = env_error_behind(failure)  # a Python env's own error, not XLA's text of it
+            if not isinstance(progress.error, GymEnvError):  # the caller reports that one in one line
+                log.error("training stopped: %s", failure)
+        finally:
+            progress.profile = tracer.close() if tracer else None  # a window the run ended inside is written too
+            run.schedule.close()
+        summary = finish(run, progress, stop)
     if progress.error is not None:
         raise progress.error
     return summary
