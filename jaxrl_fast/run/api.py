@@ -59,6 +59,8 @@ def train(config: TrainConfig | None = None, /, *, resume: str | Path | None = N
     holds what ran (`jaxrl_fast.outputs.checkpoint.NonFiniteError` for a NaN or an infinity,
     `CheckpointSaveError` for a checkpoint that could not be written, both `RuntimeError`s); a
     first Ctrl-C stops training after a final checkpoint and returns (`summary["interrupted"]`).
+    After training, a Ctrl-C skips the final evaluation (a second one ends one under way), and the
+    summary is written without it (`final_eval_return_mean` null).
     """
     from jaxrl_fast.run.loop import run_training
     from jaxrl_fast.run.resolve import resolve
