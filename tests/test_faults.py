@@ -200,6 +200,27 @@ def test_ctrl_c_during_the_api_runs_final_evaluation_ends_it_and_the_summary_is_
     assert result.summary["steps"] == summary["steps"] == 2048 and summary["final_eval_return_mean"] is None
     assert checkpoint_steps(tmp_path / "run") == [2048]
 
+
+def test_an_interrupted_runs_summary_keeps_an_evaluation_of_its_last_step(tmp_path, monkeypatch):
+    """A run stopped by a Ctrl-C runs no final evaluation, but one of its last step that was under
+    way reports while the evaluator closes, and the summary takes it."""
+    from jaxrl_fast.run.evaluation import Evaluator
+
+    request = Evaluator.request
+
+    def stop_at_2048(self, payload, step):
+        request(self, payload, step)
+        if step == 2048:
+            os.kill(os.getpid(), signal.SIGINT)  # the stop lands with this evaluation under way
+
+    monkeypatch.setattr(Evaluator, "request", stop_at_2048)
+    result = jaxrl_fast.train(env="CartPole-v1", algo="ppo", total_steps=100_000, eval_interval=1024, log_interval=1024,
+                              progress="off", run_dir=tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["interrupted"] and result.summary["steps"] == summary["steps"]
+    logged = {line["step"]: line["eval_return_mean"] for line in lines_of(tmp_path / "run") if "eval_return_mean" in line}
+    assert summary["steps"] in logged and summary["final_eval_return_mean"] == logged[summary["steps"]]
+
 def test_resume_refuses_a_budget_below_the_steps_done_and_a_finished_run_logs_its_final_evaluation_once(ppo_2048, capsys):
     config = ppo_2048
     saved = (config.run_dir / "config.json").read_text()

@@ -144,8 +144,9 @@ def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, pa
                      stop: StopRequest | None = None) -> EvalResult | LoggedEval | None:
     """An agent's evaluation of the last step (reused when its evaluator ran it already); `payload()`
     gives every agent's policy, placed where the periodic evaluations' payloads arrive (so that it
-    reuses their program). None where training was interrupted, or a stop was requested since (an
-    evaluation can take minutes: a second SIGINT ends one under way)."""
+    reuses their program). Where training was interrupted, or a stop was requested since (an
+    evaluation can take minutes: a second SIGINT ends one under way), none is run: an evaluation
+    of the last step that reported stands, else None."""
     final: EvalResult | None = None
     try:
         if progress.done and not progress.interrupted and progress.error is None and (stop is None or stop.signal is None):
@@ -164,7 +165,9 @@ def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, pa
         seed.evaluator.failures += 1
         log.exception("final evaluation failed")
     finally:
-        seed.evaluator.close()
+        seed.evaluator.close()  # an evaluation in flight reports before it returns (or is given up)
+    if final is None and progress.done:
+        final = seed.report.results.get(steps) or seed.report.logged.get(steps)
     return final
 
 
