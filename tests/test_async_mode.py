@@ -125,3 +125,12 @@ def test_an_env_that_never_returns_is_reported_not_buffered_forever():
         for _ in range(4 * 64 + 2):
             stager.record(one())
             stager.acted(np.array([0]), np.zeros(1, np.int32), 0)
+
+
+def test_async_actors_envs_never_share_a_seed_however_many_envs_each_has():
+    from jaxrl_fast.engine.schedules.asynchronous import actor_seed
+
+    for num_envs in (8, 1000, 2048):
+        seeds = [actor_seed(5, actor, num_envs) + env for actor in range(4) for env in range(num_envs)]
+        assert len(set(seeds)) == len(seeds), num_envs
+    assert actor_seed(5, 1, 8) == 1005  # small pools keep the seeds they always had

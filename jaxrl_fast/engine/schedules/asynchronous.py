@@ -58,7 +58,13 @@ from jaxrl_fast.engine.timing import PhaseClock
 from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.env.episodes import add_stats, init_episode_stats
 
-ACTOR_SEED_STRIDE = 1000  # actor i's environments are seeded seed + 1000 i
+ACTOR_SEED_STRIDE = 1000  # actor i's envs are seeded from seed + 1000 i (each env j at + j): apart for up to 1,000 envs
+
+
+def actor_seed(seed: int, actor: int, num_envs: int) -> int:
+    """The first env seed of actor `actor`'s pool: strides of `ACTOR_SEED_STRIDE`, or of the pool's
+    size where that is larger, so that no two actors' envs share a seed."""
+    return seed + max(ACTOR_SEED_STRIDE, num_envs) * actor
 
 
 class Chunk(NamedTuple):
@@ -216,12 +222,12 @@ class AsyncSchedule(ScheduleBase):
         self.clock = PhaseClock()  # env, inference (async mode), transfer, update
         if self.async_mode:  # EnvPool's async mode: each actor stages per-env streams on the host
             self.actors = [AsyncModeActor(algo, env.spec, env.spec.num_envs, config.env_batch_size, threads,
-                                          self.seed + ACTOR_SEED_STRIDE * i, plan.rollout_length, ctx.placement.host,
+                                          actor_seed(self.seed, i, env.spec.num_envs), plan.rollout_length, ctx.placement.host,
                                           env.options)
                            for i in range(self.num_actors)]
         else:  # the whole chunk is one jitted program around EnvPool's XLA step
             self.envs = [env] + [make_xla_env(env.spec.env_id, env.spec.num_envs, threads,
-                                              self.seed + ACTOR_SEED_STRIDE * i, **env.options)
+                                              actor_seed(self.seed, i, env.spec.num_envs), **env.options)
                                  for i in range(1, self.num_actors)]
         self.chunk = plan.rollout_length * env.spec.num_envs  # samples per actor chunk; one learner iteration's worth
         self.pieces = make_pieces(algo, env, options, plan)
