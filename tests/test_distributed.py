@@ -240,3 +240,81 @@ def test_the_launcher_gives_its_processes_one_device_and_one_run_directory(monke
     flags = with_run_dir(["--env", "Pendulum-v1", "--algo", "sac"])
     assert flags[-2] == "--run-dir" and "Pendulum-v1__sac__0__" in flags[-1]
     assert with_run_dir(["--run-dir", "x"]) == ["--run-dir", "x"]
+
+
+@pytest.mark.parametrize("algo", ["sac", "ppo"])
+def test_gsde_shards_explore_apart(tmp_path, algo):
+    """A data-parallel run's shards share their parameters and keys, but each explores its own
+    gSDE directions (SAC's matrices per draw, PPO's per rollout), as they act with keys of their own."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec
+
+    from jaxrl_fast.engine.schedules.base import shard_key
+    from jaxrl_fast.engine.sharding import AXIS
+    from jaxrl_fast.run.build import build
+    from jaxrl_fast.run.resolve import resolve
+
+    sizes = ["--sac.learning-starts", "200", "--sac.batch-size", "64"] if algo == "sac" else ["--ppo.num-steps", "64"]
+    config = parse_args(["--env", "Pendulum-v1", "--algo", algo, f"--{algo}.use-sde", "--num-envs", "4", *sizes,
+                         "--total-steps", "512", "--data-parallel", "--eval-interval", "0", "--progress", "off",
+                         "--run-dir", str(tmp_path / "run")])
+    run = build(resolve(config, log=lambda _: None))
+    schedule = run.schedule
+    try:
+        schedule.start(None)
+        if algo == "ppo":
+            matrices = np.asarray(schedule.state.algo.sde_matrix)  # [shards, envs per shard, F, A]
+            assert not np.array_equal(matrices[0], matrices[1])
+            return
+        algo_ = schedule.ctx.algo
+        params = schedule.loop.acting_params(schedule.state)
+
+        def act(params, obs, key):  # the same observation and step on every shard
+            params = jax.tree.map(lambda x: x[0], params)
+            return algo_.act(params, obs[0], shard_key(key, AXIS), jnp.float32(1000.0)).env_action[None]
+
+        shards = PartitionSpec(AXIS)
+        actions = np.asarray(jax.jit(jax.shard_map(act, mesh=schedule.mesh, in_specs=(shards, shards, PartitionSpec()),
+                                                   out_specs=shards, check_vma=False))(
+            params, jnp.ones((2, 2, 3), jnp.float32), jax.random.key(0)))
+        assert not np.array_equal(actions[0], actions[1])
+    finally:
+        schedule.close()
+
+
+def test_a_port_in_use_is_refused_before_any_process_starts(capsys):
+    import socket
+
+    from jaxrl_fast.cli.launch import parse
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_:
+            parse(["--num-processes", "2", "--port", str(port), "--", "--env", "CartPole-v1"])
+    assert exit_.value.code == 2 and f"--port {port} cannot be bound" in capsys.readouterr().err
+
+
+def test_processes_given_different_flags_are_refused_by_every_process(tmp_path):
+    """Started by hand (as on two hosts), each process parses its own command line: a --seed that
+    differs would give each shard its own parameters, and the run would train on, silently."""
+    import socket
+
+    from jaxrl_fast.cli.launch import worker_environment
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_fast.train", "--total-steps", "2048", "--num-envs", "4", "--seed", str(index),
+         "--run-dir", str(tmp_path / "run"), "--progress", "off", "--coordinator-address", address,
+         "--num-processes", "2", "--process-id", str(index), "--distributed-timeout-s", "30"],
+        env=worker_environment(2, address), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for index in range(2)]
+    outputs = [process.communicate(timeout=120)[0] for process in processes]
+    for process, out in zip(processes, outputs):
+        assert process.returncode == 2, out
+        assert "the processes of the run were given different --seed: every process takes the same flags" in out, out
+    assert not (tmp_path / "run").exists()

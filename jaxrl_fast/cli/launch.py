@@ -47,6 +47,13 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error(f"--num-processes must be 2 or more, got {known.num_processes} (one process: python -m jaxrl_fast.train)")
     if known.distributed_timeout_s <= 0:
         parser.error(f"--distributed-timeout-s must be positive, got {known.distributed_timeout_s}")
+    if known.port:  # the coordinator would fail to bind it, and process 0 die of it (a SIGSEGV in gRPC)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", known.port))
+            except OSError as error:
+                parser.error(f"--port {known.port} cannot be bound on 127.0.0.1 ({error.strerror}): give another, "
+                             "or leave it out for a free one")
     train_flags = argv[split + 1:]
     for flag in ("--coordinator-address", "--num-processes", "--process-id", "--distributed-timeout-s"):
         if any(arg == flag or arg.startswith(flag + "=") for arg in train_flags):

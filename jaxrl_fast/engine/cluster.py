@@ -166,6 +166,26 @@ def any_process(*flags: bool) -> tuple[bool, ...]:
     return tuple(bool(value) for value in np.asarray(gathered).reshape(-1, len(flags)).max(axis=0))
 
 
+def differing(values: dict[str, Any]) -> list[str]:
+    """The names whose values are not the same in every process (a collective: all processes call
+    it in step, with the same names): each value's digest is gathered, not the value."""
+    import hashlib
+    import json
+
+    import jax
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return []
+    from jax.experimental import multihost_utils
+
+    names = sorted(values)
+    digests = np.asarray([int.from_bytes(hashlib.sha256(json.dumps(values[n], sort_keys=True, default=str).encode())
+                                         .digest()[:4], "little") for n in names], np.int64)
+    gathered = np.asarray(multihost_utils.process_allgather(digests)).reshape(-1, len(names))
+    return [n for n, column in zip(names, gathered.T) if len(set(column.tolist())) > 1]
+
+
 def host_processes() -> int:
     """Processes sharing this host's cores (the launcher says; 1 otherwise)."""
     return max(1, int(os.environ.get(HOST_PROCESSES_ENV, "1")))

@@ -30,10 +30,10 @@ def update_moments(moments: RunningMoments, batch: jax.Array, weight: jax.Array 
     `axis_name` (inside `shard_map`), the batch is every shard's rows: the moments stay equal on all."""
     w = jnp.ones(batch.shape[:1], jnp.float32) if weight is None else weight.astype(jnp.float32)
     total_over = (lambda x: x) if axis_name is None else (lambda x: jax.lax.psum(x, axis_name))  # noqa: E731
-    n = total_over(w.sum())
-    w = w.reshape(w.shape + (1,) * (batch.ndim - 1))
-    batch_mean = total_over((w * batch).sum(axis=0)) / jnp.maximum(n, 1.0)
-    batch_var = total_over((w * (batch - batch_mean) ** 2).sum(axis=0)) / jnp.maximum(n, 1.0)
+    rows = w.reshape(w.shape + (1,) * (batch.ndim - 1))
+    n, weighted_sum = total_over((w.sum(), (rows * batch).sum(axis=0)))  # one all-reduce for the two (sharded)
+    batch_mean = weighted_sum / jnp.maximum(n, 1.0)
+    batch_var = total_over((rows * (batch - batch_mean) ** 2).sum(axis=0)) / jnp.maximum(n, 1.0)
     total = moments.count + n
     delta = batch_mean - moments.mean
     mean = moments.mean + delta * n / total

@@ -311,7 +311,8 @@ class Checkpointer:
         if not written:  # orbax declines a step it holds already, or one older than it holds: another run's
             raise CheckpointSaveError(f"the checkpoint at step {step:,d} was not written: {self.directory} holds "
                                       f"steps {list(self._manager.all_steps())} already (another run's?)")
-        self._keep_best(step)
+        if jax.process_index() == 0:  # process 0 writes the run directory; the others join orbax's gathers only
+            self._keep_best(step)
 
     def _keep_best(self, step: int) -> None:
         """A link to the run's best policy as it stands, inside the step's checkpoint (rotated with

@@ -25,6 +25,7 @@ from jaxrl_fast.algos import action_space_error
 from jaxrl_fast.config.checks import validate
 from jaxrl_fast.config.plan import Plan, env_threads, make_plan, warm_iterations
 from jaxrl_fast.config.run import (
+    ALGOS,
     OFF_POLICY,
     TrainConfig,
     algo_config,
@@ -266,7 +267,7 @@ def on_devices(inputs: Inputs, joined: Cluster = Cluster(), log: Callable[[str],
     from jaxrl_fast.engine.cluster import is_primary
 
     config, primary = inputs.config, is_primary()
-    placement, refusal = None, None
+    placement, refusal = None, flags_apart(config, joined)
     try:
         placement = place(config)
         warning = check_devices(config, placement, inputs.spec)
@@ -408,6 +409,25 @@ def check_video(config: TrainConfig) -> None:
     from jaxrl_fast.outputs.video import check_video_support
 
     check_video_support(config.env)
+
+
+OWN_FIELDS = ("run_dir", "progress", "compile_cache")  # what each process of a run may set its own way
+
+
+def flags_apart(config: TrainConfig, joined: Cluster) -> str | None:
+    """Why the processes of a distributed run cannot train together (a collective): they were given
+    different flags (another --seed would give each shard its own parameters, silently)."""
+    if not joined.distributed:
+        return None
+    from jaxrl_fast.engine.cluster import differing
+
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in OWN_FIELDS}
+    fields = {name: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for name, v in fields.items()}
+    apart = differing(fields)
+    if not apart:
+        return None
+    flags = ", ".join(f"--{name.replace('_', '-')}" + (".*" if name in ALGOS else "") for name in apart)
+    return f"the processes of the run were given different {flags}: every process takes the same flags"
 
 
 def agreed(refusal: str | None, joined: Cluster) -> str | None:

@@ -150,7 +150,10 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, total_steps: int, axis_name: str 
     def init(key: jax.Array) -> PPOState:
         actor_key, critic_key = jax.random.split(key)
         params = ActorCriticParams(policy_net.init(actor_key), value_net.init(critic_key))
-        sde_matrix = draw_sde_matrix(jax.random.fold_in(key, 1)) if config.use_sde else ()
+        sde_key = jax.random.fold_in(key, 1)
+        if config.use_sde and axis_name is not None:  # a shard's envs explore apart (later rollouts: its update key)
+            sde_key = jax.random.fold_in(sde_key, jax.lax.axis_index(axis_name))
+        sde_matrix = draw_sde_matrix(sde_key) if config.use_sde else ()
         return PPOState(params, ActorCriticOptStates(optimizer.init(params.actor), optimizer.init(params.critic)), sde_matrix)
 
     def act(state: PPOState, obs: jax.Array, key: jax.Array) -> Act:

@@ -115,8 +115,10 @@ def make_sac(config: SACConfig, spec: EnvSpec, total_steps: int = 0, axis_name: 
         if config.use_sde:  # each env's matrix, held for sde_sample_freq of its steps: one smooth direction
             mean, features, log_std = policy_net.apply(params.policy, obs)
             draw = jnp.floor(env_step / (obs.shape[0] * config.sde_sample_freq)).astype(jnp.int32)
-            matrices = jax.random.normal(jax.random.fold_in(jax.random.wrap_key_data(params.sde_key), draw),
-                                         (obs.shape[0], *log_std.shape))
+            stream = jax.random.wrap_key_data(params.sde_key)
+            if axis_name is not None:  # a data-parallel shard's envs explore apart from the others' (the key is shared)
+                stream = jax.random.fold_in(stream, jax.lax.axis_index(axis_name))
+            matrices = jax.random.normal(jax.random.fold_in(stream, draw), (obs.shape[0], *log_std.shape))
             action = scale.to_env(jnp.tanh(mean + dist.sde_noise(features, matrices, log_std)))
         else:
             action, _ = sample(params, obs, key)
