@@ -39,11 +39,17 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 
 
 def print_time_to_target(targets: list[dict], threshold: float) -> None:
-    """The per-seed rows of `time_to_target` runs and their median."""
+    """The per-seed rows of `time_to_target` runs and their median (a seed that missed the
+    threshold counts as slower than any: no median where half or more missed)."""
+    def number(value: Any, form: str) -> str:
+        return "missed" if value is None else format(value, form)
+
     print_table(["seed", f"time to {threshold:g} (s, from process start)", "env steps", "compile (s)"],
-                ([t["seed"], f"{t['time_to_target_s']:.1f}", f"{t['target_step']:,}", f"{t['compile_s']:.1f}"]
-                 for t in targets))
-    print(f"median time to {threshold:g}: {statistics.median(t['time_to_target_s'] for t in targets):.1f} s")
+                ([t["seed"], number(t.get("time_to_target_s"), ".1f"), number(t.get("target_step"), ","),
+                  number(t.get("compile_s"), ".1f")] for t in targets))
+    times = [t["time_to_target_s"] if t.get("time_to_target_s") is not None else float("inf") for t in targets]
+    median = statistics.median(times) if targets else float("inf")
+    print(f"median time to {threshold:g}: " + (f"{median:.1f} s" if median != float("inf") else "-, half or more missed"))
 
 
 def write_record(path: Path, record: dict) -> None:

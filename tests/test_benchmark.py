@@ -49,6 +49,7 @@ def test_a_short_suite_run_writes_results_report_and_curves(tmp_path):
     assert task["curve"] and task["curve"][-1]["step"] == task["steps"]  # through the final evaluations
     report = (out / "report.md").read_text()
     assert "ppo CartPole-v1" in report and task["reference"]["source"] in report
+    assert "With 2 seeds the IQM is the mean" in report  # and its bracket is their spread, not a confidence interval
     assert (out / f"{task['task']}.png").stat().st_size > 0
     assert (out / task["task"] / "seed_1" / "summary.json").exists()  # the task's run directory
 

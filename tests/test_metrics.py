@@ -78,3 +78,18 @@ def test_a_write_that_fails_halfway_leaves_every_line_logged_before_it_whole(tmp
     sink.close()
     sink.write(1280, {"sps": 1.0})  # after close (an evaluation the run's end did not wait for): nothing written
     assert steps_in(tmp_path / "metrics.jsonl") == [(256, "train"), (512, "train"), (768, "train"), (1024, "train")]
+
+
+def test_the_process_start_is_read_to_the_clock_tick_not_early_by_the_boots_whole_second():
+    """Times to a target count from the process's creation: the start a child reads lies after the
+    moment its parent spawned it (to a 10 ms tick), where /proc/stat's whole-second `btime` put
+    it up to a second early."""
+    import subprocess
+    import sys
+    import time
+
+    before = time.time()
+    child = subprocess.run([sys.executable, "-c", "from jaxrl_fast.outputs.metrics import process_start_time; "
+                            "print(repr(process_start_time()))"], capture_output=True, text=True, check=True)
+    started = float(child.stdout)
+    assert before - 0.02 <= started <= time.time()

@@ -2,7 +2,9 @@
 # Time-to-threshold of jaxrl_fast under the peers' protocol (experiments/peers/README.md): one fresh process per seed, clock from
 # process start (summary.json time_to_target_s), deterministic eval of 10 episodes every N env steps.
 # Usage: PY=<venv python with jaxrl_fast installed> bash experiments/peers/ttt_jaxrl_fast.sh [SEEDS] [OUTDIR]
-# Prints one JSON line per task: {"task", "seeds", "ttt_s": [...], "median_s", "steps": [...]}.
+# Prints one JSON line per task: {"task", "seeds", "ttt_s": [...], "median_s", "steps": [...]} (steps: the
+# evaluation's that reached the threshold, summary.json's target_step). Each seed runs cold: a compilation
+# cache and XDG cache of its own, empty (ttt_side_by_side.py's cold arm).
 set -u
 PY=${PY:-python}
 SEEDS=${1:-0,1,2,3}
@@ -12,10 +14,11 @@ task() {  # name, then train args
   local name=$1; shift
   local ttts=() steps=()
   for s in ${SEEDS//,/ }; do
-    local run="$OUT/$name-$s"; rm -rf "$run"
-    ( cd "$OUT" && "$PY" -m jaxrl_fast.train --run-dir "$run" --seed "$s" --progress off "$@" ) > "$run.log" 2>&1
+    local run="$OUT/$name-$s"; rm -rf "$run" "$run.cache"; mkdir -p "$run.cache"
+    ( cd "$OUT" && JAXRL_FAST_COMPILE_CACHE_DIR="$run.cache" XDG_CACHE_HOME="$run.cache/xdg" \
+      "$PY" -m jaxrl_fast.train --run-dir "$run" --seed "$s" --progress off "$@" ) > "$run.log" 2>&1
     ttts+=("$("$PY" -c "import json;d=json.load(open('$run/summary.json'));print(d.get('time_to_target_s','null'))" 2>/dev/null || echo null)")
-    steps+=("$("$PY" -c "import json;d=json.load(open('$run/summary.json'));print(d.get('steps','null'))" 2>/dev/null || echo null)")
+    steps+=("$("$PY" -c "import json;d=json.load(open('$run/summary.json'));print(d.get('target_step','null'))" 2>/dev/null || echo null)")
   done
   "$PY" - "$name" "$SEEDS" "${ttts[*]}" "${steps[*]}" <<'PYEOF'
 import json, statistics, sys

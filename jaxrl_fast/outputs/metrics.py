@@ -26,14 +26,16 @@ from jaxrl_fast.outputs.run_dir import METRICS_FILE, TB_EVENTS
 
 
 def process_start_time() -> float:
-    """When this process was created (epoch seconds; what psutil's `create_time` gives on Linux), so
-    that `wall_s` counts the interpreter's start and every import too; now, where /proc is missing."""
+    """When this process was created (epoch seconds, to the kernel's clock tick), so that `wall_s`
+    counts the interpreter's start and every import too: now less the process's age on the
+    boot-time clock. (psutil's `create_time` adds the start tick to /proc/stat's `btime`, a whole
+    second: early by up to a second, the same for every process of one boot.) Now, where /proc or
+    the boot-time clock is missing."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/stat") as stat:
-            boot = next(float(line.split()[1]) for line in stat if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 

@@ -175,6 +175,9 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f} s"
 
 
+FEW_SEEDS = 5  # below this, the IQM cuts nothing but ties (n = 4: the median) and the interval is the seeds' range
+
+
 def report_markdown(results: list[dict], header: dict) -> str:
     lines = [f"# Benchmark: {header['suite']} suite", "",
              f"`{header['command']}`, {header['started']}, {header['machine']}; {header['num_seeds']} seeds per task, "
@@ -197,6 +200,10 @@ def report_markdown(results: list[dict], header: dict) -> str:
             lines.append(f"| ↳ error | {r['error']} | | | | | | | |")
     lines += ["", "Time to threshold: seconds from the task's process start to the first evaluation (10 episodes, "
               "acted as the task's preset evaluates) whose mean reaches it; the median is over the seeds, and only when every seed reached it."]
+    if header["num_seeds"] < FEW_SEEDS:
+        lines += ["", f"With {header['num_seeds']} seeds the IQM is " + ("the median" if header["num_seeds"] == 4 else
+                  "the mean") + " of the seeds' returns, and the bootstrap interval is close to their range (it cannot "
+                  f"leave it): read the bracket as the seeds' spread, not a confidence interval ({FEW_SEEDS}+ seeds for one)."]
     return "\n".join(lines) + "\n"
 
 
