@@ -32,11 +32,13 @@ class TargetWatch:
         self.time_s: float | None = None
         self.step: int | None = None
 
-    def observe(self, result: EvalResult) -> None:
+    def observe(self, result: EvalResult, wall_s: float | None = None) -> None:
+        """`wall_s`: when the evaluation's line was logged (its `wall_s`, which a resumed run reads
+        back: the same time either way); now where none is given."""
         if self.target is None or result.mean < self.target:
             return
         if self.time_s is None:  # the first reach is the run's (`reached_before`: one logged before a resume)
-            self.time_s, self.step = self.clock.now(), result.step
+            self.time_s, self.step = self.clock.now() if wall_s is None else wall_s, result.step
         self.reached.set()
 
     def reached_before(self, lines: list[dict[str, Any]]) -> None:
@@ -125,7 +127,7 @@ class Report:
 
     def _log_evaluation(self, result: EvalResult, payload: Any) -> None:
         self.results[result.step] = result
-        self.sink.write(result.step, {
+        line = self.sink.write(result.step, {
             "eval_return_mean": result.mean,
             "eval_return_std": result.std,
             "eval_episodes": len(result.returns),
@@ -133,7 +135,7 @@ class Report:
             "eval/duration_s": result.duration_s,
         })
         self.show(result)
-        self.target.observe(result)
+        self.target.observe(result, line["wall_s"])  # the line's time: a resume reads the same back
         self.curve.update()  # after the line it draws is written
         self.best.offer(result.step, result.mean, result.std, len(result.returns), payload)
 
