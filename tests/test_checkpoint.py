@@ -203,14 +203,21 @@ def test_a_replay_file_cut_short_is_refused_before_the_resume_changes_anything(t
     assert contents() == before
 
 
-def test_a_resumed_run_that_reached_its_target_keeps_when_and_trains_no_further(tmp_path):
+@pytest.mark.parametrize("schedule", ["sync", "concurrent"])
+def test_a_resumed_run_that_reached_its_target_keeps_when_and_trains_no_further(tmp_path, schedule):
+    """Also where the schedule's start trains an iteration to compile its learner (concurrent PPO,
+    async): a resume past the target starts no schedule, and saves and evaluates nothing new."""
     run_dir = tmp_path / "run"
-    first = train(make_config(run_dir=run_dir, total_steps=4096, log_interval=512, eval_interval=512, eval_episodes=2,
-                              target_return=5.0, progress="off"))  # any policy scores 5: the first evaluation
-    assert first["target_step"] == 512 and first["steps"] < 4096
-    resumed = jaxrl_fast.train(resume=run_dir, total_steps=4096).summary
+    # any policy scores 5: the first evaluation reaches it, long before the budget (it reports while training goes on)
+    first = train(make_config(run_dir=run_dir, total_steps=400_000, log_interval=512, eval_interval=512, eval_episodes=2,
+                              target_return=5.0, progress="off", schedule=schedule))
+    assert first["target_step"] == 512 and first["steps"] < 400_000
+    saved, lines = checkpoint_steps(run_dir), (run_dir / "metrics.jsonl").read_text()
+    resumed = jaxrl_fast.train(resume=run_dir, total_steps=400_000).summary
     assert resumed["target_step"] == 512 and resumed["time_to_target_s"] == pytest.approx(first["time_to_target_s"], abs=0.01)
     assert resumed["steps"] == first["steps"] and resumed["sps"] is None  # it had ended: nothing trained
+    assert resumed["final_eval_return_mean"] == first["final_eval_return_mean"]
+    assert checkpoint_steps(run_dir) == saved and (run_dir / "metrics.jsonl").read_text() == lines
 
 
 def test_a_resumed_runs_rates_are_of_the_steps_it_trained(ppo_2048):

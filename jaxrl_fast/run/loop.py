@@ -52,6 +52,7 @@ class Progress:
     forced: bool = False  # a second SIGINT cut the call in flight short: its state is gone
     error: BaseException | None = None
     profile: dict | None = None
+    started: bool = False  # the schedule started in this process (a resume past its target starts none)
 
 
 def save_checkpoint(run: Run, progress: Progress, step: int) -> None:
@@ -106,7 +107,13 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
     plan, schedule, config = run.plan, run.schedule, run.config
     checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
     schedule.on_initialized = functools.partial(prepare_evaluations, run)
+    if run.restored is not None and cluster.any_process(every_target_reached(run))[0]:
+        # reached before the resume (its log says so): nothing trains, not even the iteration a
+        # concurrent or async `start` runs to compile its learner
+        progress.done = progress.started_at = run.restored.meta["iterations"]
+        return
     progress.compile_s = work(lambda: schedule.start(run.restored))
+    progress.started = True
     schedule.initialized()  # where `start` did not
     progress.done = progress.started_at = (run.restored.meta["iterations"] if run.restored else 0) + plan.warm_iterations
     calls = 0
@@ -152,11 +159,11 @@ def final_evaluation(run: Run, seed: SeedRun, progress: Progress, steps: int, pa
         if progress.done and not progress.interrupted and progress.error is None and (stop is None or stop.signal is None):
             seed.evaluator.wait_idle(timeout=600)
             final = seed.report.results.get(steps) or seed.report.logged.get(steps)
-            if final is None:
+            if final is None and progress.started:  # (a resume past its target has no schedule to ask)
                 agent = run.agent(payload(), seed.index)
                 final = seed.evaluator.evaluate(agent, steps)
                 seed.report.evaluation(final, agent)
-            elif seed.evaluator.films_unfilmed(steps):  # reused, but not filmed: a video of the final policy still
+            elif steps in seed.report.results and seed.evaluator.films_unfilmed(steps):  # this process's, unfilmed
                 seed.evaluator.evaluate(run.agent(payload(), seed.index), steps)
     except KeyboardInterrupt:  # a second SIGINT (the API's; the CLI's ends the process): the summary still
         final = None
@@ -194,7 +201,8 @@ def seed_summary(run: Run, seed: SeedRun, progress: Progress, steps: int, final:
         "interrupted": progress.interrupted,
         "schedule": run.config.schedule,
     }
-    summary.update(run.schedule.summary(progress.train_s))
+    if progress.started:  # its statistics (async's counts) are of a schedule that ran
+        summary.update(run.schedule.summary(progress.train_s))
     if len(run.seeds) > 1:
         summary["num_seeds_run"] = run.config.num_seeds  # trained beside the other agents of RUN_DIR
     if progress.profile is not None:

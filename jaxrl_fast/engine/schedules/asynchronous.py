@@ -335,6 +335,7 @@ class AsyncSchedule(ScheduleBase):
         while not all(self.pending):
             self._check()
             if self.stop.is_set():  # closed from another thread (a second Ctrl-C): no chunk will come
+                self._check()  # unless an actor failed (and set it) since the check above: its error, then
                 raise RuntimeError("the async schedule was closed while its learner waited for the actors")
             try:
                 with jax.profiler.TraceAnnotation(phases.WAIT):
