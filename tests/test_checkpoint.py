@@ -2,11 +2,13 @@ import dataclasses
 import json
 import signal
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxrl_fast
 from jaxrl_fast.cli.train import main
+from jaxrl_fast.engine.replay import ended_flags
 from jaxrl_fast.env.envpool import make_xla_env
 from jaxrl_fast.outputs.checkpoint import Checkpointer, NonFiniteError, check_finite, flatten_state
 from jaxrl_fast.outputs.streamed import SavedArray
@@ -111,8 +113,13 @@ def test_restoring_a_checkpoint_gives_exactly_the_saved_state(tmp_path, algo, en
     assert paths == restored.meta["paths"]
     if algo == "sac":
         assert any("replay" in path for path in paths)  # the buffer is part of the run state
-    for name, saved in restored.state.items():
-        saved = saved.load() if isinstance(saved, SavedArray) else saved  # the replay's columns, one file each
+    # the replay's columns, one file each
+    expected = {name: saved.load() if isinstance(saved, SavedArray) else saved for name, saved in restored.state.items()}
+    if algo == "sac":  # new envs, new episodes: each stream of the buffer ends at its last saved row
+        key = {paths[int(name)].removeprefix("['replay']."): name for name in expected}
+        columns = [jnp.asarray(expected[key[field]]) for field in ("rows.valid", "rows.truncated", "count", "head")]
+        expected[key["rows.valid"]], expected[key["rows.truncated"]] = ended_flags(*columns)
+    for name, saved in expected.items():
         np.testing.assert_array_equal(np.asarray(flat[name]), np.asarray(saved), err_msg=paths[int(name)])
 
 
@@ -307,3 +314,29 @@ def test_a_run_directory_in_use_by_another_process_is_refused(ppo_2048, capsys, 
     monkeypatch.setattr(fcntl, "flock", no_flock)
     RunLock(seeds).release()  # runs unlocked, with a warning
     assert "not locked" in caplog.text
+
+
+@pytest.mark.parametrize("schedule", ["sync", "async"])
+def test_a_resumed_buffers_streams_end_at_the_last_saved_row(tmp_path, schedule):
+    """The resumed run's envs start new episodes: the rows saved before the resume must not run on
+    into them (`replay.end_streams`), so the run's next checkpoint holds the last saved row as a
+    reset step and the one before it as an episode's end, in every stream."""
+    run_dir = tmp_path / "run"
+    args = ["--algo", "dqn", "--env", "CartPole-v1", "--schedule", schedule, "--dqn.learning-starts", "600",
+            "--log-interval", "512", "--eval-interval", "0", "--run-dir", str(run_dir), "--progress", "off"]
+    assert main([*args, "--total-steps", "1536"]) == 0
+    assert main(["--resume", str(run_dir), "--total-steps", "3072", "--progress", "off"]) == 0
+
+    def replay(step: int) -> dict:
+        restored = Checkpointer(run_dir, 3).restore(step)
+        fields = {restored.meta["paths"][int(k)].removeprefix("['replay']."): v for k, v in restored.state.items()}
+        return {name.removeprefix("rows."): v.load() if isinstance(v, SavedArray) else v
+                for name, v in fields.items() if "[" not in name}
+
+    saved, later = replay(1536), replay(3072)
+    rows, head = len(saved["valid"]), int(saved["head"])
+    assert int(saved["count"]) >= 2 and int(later["count"]) < rows  # nothing of the seam overwritten
+    last, before = (head - 1) % rows, (head - 2) % rows
+    assert saved["valid"][last].any() and not saved["truncated"][before].all()  # not so when saved
+    assert not later["valid"][last].any() and later["truncated"][before].all()
+    np.testing.assert_array_equal(later["obs"][:head], saved["obs"][:head])  # the saved rows themselves kept

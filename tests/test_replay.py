@@ -7,6 +7,7 @@ from jaxrl_fast.engine.replay import (
     Row,
     add_many,
     add_rows,
+    end_streams,
     init_replay,
     num_sampleable,
     observations_at,
@@ -95,6 +96,28 @@ def test_n_step_returns_stop_at_episode_ends():
         assert r == pytest.approx(sum(0.5**k * (ti + k) for k in range(m)))
         assert nxt == ti + m
         assert d == pytest.approx(0.0 if end == 4 else 0.5**m)
+
+
+@pytest.mark.parametrize("written", [10, 17])  # 17 rows on a ring of 16: the last one wraps to slot 0
+def test_a_resumed_runs_new_episodes_are_never_read_as_the_saved_rows_continuation(written):
+    # a resume restores the buffer, and its envs start new episodes: the stream's next row is a
+    # new episode's first observation, not the next one of the last saved row
+    state = end_streams(add_many(init_replay(16, example()), stream(written)))
+    new = stream(6)
+    state = add_many(state, new._replace(obs=new.obs + 1000))
+    batch = sample_all(state, 3, 0.5)
+    kept, renewed = batch.weight > 0, batch.obs[:, 0] >= 1000
+    assert (renewed[kept] == (batch.next_obs[kept, 0] >= 1000)).all()  # no transition spans the seam
+    obs, next_obs = batch.obs[:, 0] % 100, batch.next_obs[:, 0] % 100  # time indices
+    old, last = kept & ~renewed, written - 1
+    assert not old[obs == last].any()  # its next observation was never written
+    before = old & (obs == last - 1)  # ends there, bootstrapping from the last saved observation
+    assert before.any() and (next_obs[before] == last).all()
+    np.testing.assert_allclose(batch.reward[before], last - 1)
+    np.testing.assert_allclose(batch.discount[before], 0.5)
+    earlier = old & (obs < last - 1)  # windows that reach the seam stop at it
+    np.testing.assert_array_equal(next_obs[earlier], np.minimum(obs[earlier] + 3, last))
+    assert kept[renewed].any()  # the new episodes' rows are transitions as any
 
 
 def test_uint8_frames_stay_uint8_in_batches():

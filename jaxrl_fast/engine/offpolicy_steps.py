@@ -21,7 +21,7 @@ from jax import lax
 from jaxrl_fast.config.plan import OffPolicyPlan
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EnvOptions, agents_map, init_env_carry, make_collect
-from jaxrl_fast.engine.replay import ReplayState, Row, init_replay, sample_batch
+from jaxrl_fast.engine.replay import ReplayState, Row, end_streams, ended_flags, init_replay, sample_batch
 from jaxrl_fast.env.episodes import EpisodeStats
 from jaxrl_fast.types import BatchedEnv, OffPolicyAlgorithm, Transition
 
@@ -173,6 +173,19 @@ def env_step_at(plan: OffPolicyPlan, iteration: Any, steps_per_iteration: int) -
     """Environment steps before learning iteration `iteration` (DQN's epsilon schedule reads it), as
     float32: an int32 count would wrap after 2**31 steps, and epsilon needs no exact count."""
     return (plan.warmup_iterations + iteration) * np.float32(steps_per_iteration)
+
+
+def resumed_fields(restored: dict[str, Any], stacked: bool = False) -> dict[str, Any]:
+    """A checkpoint's fields as a resumed run takes them: its envs start new episodes, so a restored
+    buffer's streams end at their last saved row (`replay.end_streams`; `stacked`: one buffer per
+    shard along a leading axis)."""
+    if "replay" not in restored:
+        return restored
+    replay = restored["replay"]
+    if not stacked:
+        return dict(restored, replay=end_streams(replay))
+    valid, truncated = jax.vmap(ended_flags)(replay.rows.valid, replay.rows.truncated, replay.count, replay.head)
+    return dict(restored, replay=replay._replace(rows=replay.rows._replace(valid=valid, truncated=truncated)))
 
 
 def checkpointed_fields(config: Any) -> tuple[str, ...]:

@@ -123,6 +123,24 @@ def add_many(state: ReplayState, rows: Row) -> ReplayState:
     return jax.lax.fori_loop(start, start + rows.obs.shape[0], body, state)
 
 
+def end_streams(state: ReplayState) -> ReplayState:
+    """The buffer of a resumed run, whose envs start new episodes: each stream's next row will be a
+    new episode's first, not the next observation of its last row. So the last row becomes a reset
+    step (no transition: its next observation was never written) and the row before it ends its
+    episode by truncation: it bootstraps from the last row's observation, its true next one, and no
+    n-step window reads past it into the new episode's rows."""
+    valid, truncated = ended_flags(state.rows.valid, state.rows.truncated, state.count, state.head)
+    return state._replace(rows=state.rows._replace(valid=valid, truncated=truncated))
+
+
+def ended_flags(valid: jax.Array, truncated: jax.Array, count: jax.Array, head: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`end_streams` on the two columns it changes (`[rows, num_envs]`), which alone need to travel."""
+    rows = valid.shape[0]
+    filled = jnp.minimum(count, rows)
+    last, before = (head - 1) % rows, (head - 2) % rows
+    return valid.at[last].set(valid[last] & (filled < 1)), truncated.at[before].set(truncated[before] | (filled >= 2))
+
+
 def agent_columns(state: ReplayState, index: int, num_agents: int) -> ReplayState:
     """Agent `index`'s own streams of a buffer its --num-seeds siblings share (each owns an equal
     block of columns), as the buffer of a single run over them."""

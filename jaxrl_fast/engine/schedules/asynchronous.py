@@ -48,7 +48,7 @@ from jaxrl_fast.config.run import uses_async_mode
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EvalPayload, eval_payload, init_env_carry
 from jaxrl_fast.engine.async_mode import AsyncModeActor
-from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, make_pieces
+from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, make_pieces, resumed_fields
 from jaxrl_fast.engine.placement import describe, transfer
 from jaxrl_fast.engine.program_store import ProgramStore
 from jaxrl_fast.engine.replay import Row, add_many, empty_like
@@ -301,7 +301,7 @@ class AsyncSchedule(ScheduleBase):
         self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)
         warmup_chunks = self.warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
         if restored is not None:
-            self.state = self.state._replace(**restored.into(self.snapshot().state))
+            self.state = self.state._replace(**resumed_fields(restored.into(self.snapshot().state)))
             self._restore_counters(restored.meta["schedule"])
             warmup_chunks = 0 if self.ctx.config.checkpoint_replay else warmup_chunks
         # a copy, like every version published: the first update donates the learner's own buffers;

@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxrl_fast.config.plan import run_off_policy_plan
 from jaxrl_fast.config.run import family
 from jaxrl_fast.engine.acting import EvalPayload
-from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields
+from jaxrl_fast.engine.offpolicy_steps import checkpointed_fields, resumed_fields
 from jaxrl_fast.engine.run_once import jit_once
 from jaxrl_fast.engine.schedules.base import CallResult, Context, EvalRequests, ScheduleBase, Snapshot
 from jaxrl_fast.engine.schedules.offpolicy import fused_loop
@@ -149,6 +149,8 @@ class DataParallelSync(ScheduleBase):
         # arrays spread over processes are shape templates only: a checkpoint's values are numpy
         template = jax.tree.map(lambda x: x if x.is_fully_addressable else np.zeros(x.shape, x.dtype), self.snapshot().state)
         values = restored.into(template)
+        if not self.on_policy:
+            values = resumed_fields(values, stacked=True)
         return {name: global_array(value if name in SHARD_FIELDS else copies(value, self.mesh.size), self.sharded)
                 for name, value in values.items()}
 

@@ -38,6 +38,7 @@ from jaxrl_fast.engine.offpolicy_steps import (
     checkpointed_fields,
     env_step_at,
     make_pieces,
+    resumed_fields,
 )
 from jaxrl_fast.engine.placement import Placement, transfer
 from jaxrl_fast.engine.program_store import ProgramStore, placed_shapes
@@ -283,7 +284,7 @@ class OffPolicySchedule(ScheduleBase):
                 self.loop.compile_ahead(compiler, args, warm_up)
             self.state = self.loop.init(*args)
             if restored is not None:
-                self.state = self.state._replace(**restored.into(self.snapshot().state))
+                self.state = self.state._replace(**resumed_fields(restored.into(self.snapshot().state)))
             if warm_up:
                 self.state, _ = self.loop.warmup(self.state)  # also compiles the acting program
             self.state, _, _ = self.loop.run(self.state, 0)  # the fused loop's program (host-driven: at the first call)
