@@ -59,6 +59,23 @@ def test_epsilon_decays_over_its_fraction_of_the_run_and_the_update_advances_its
     assert all(np.isfinite(v) for v in jax.device_get(metrics.train).values())
 
 
+def test_the_logged_epsilon_is_the_rate_the_rollout_was_acted_with():
+    """Under `concurrent` the learner at version k learns the rollout version k - 1 acted: its
+    `train/epsilon` is that rollout's rate, not the learner's own."""
+    from jaxrl_fast.engine.acting import init_env_carry, make_rollout
+
+    config = PQNConfig(num_steps=8, num_minibatches=2, update_epochs=1, start_epsilon=1.0, end_epsilon=0.1,
+                       exploration_fraction=0.5)
+    env = make_xla_env("CartPole-v1", num_envs=4, num_threads=1, seed=0)
+    algo, options = make_pqn(config, env.spec, total_steps=1000), EnvOptions(False, False, 0.99)
+    acting = algo.init(jax.random.key(0))  # version 0: epsilon 1
+    carry = init_env_carry(env, options, env.handle, env.reset())
+    _, rollout, _ = jax.jit(make_rollout(env, options, algo.act, algo.rollout_length))(carry, acting, jax.random.key(1))
+    learner = acting._replace(iterations=jnp.int32(5))  # five rollouts on: epsilon 0.424
+    _, metrics = jax.jit(algo.update)(learner, rollout, jax.random.key(2))
+    assert float(metrics["train/epsilon"]) == 1.0
+
+
 def test_reset_steps_do_not_contribute_to_the_update():
     """Changing everything about transitions marked invalid leaves the update unchanged: the step
     before one ends its episode, so its target never reads them."""
@@ -71,7 +88,7 @@ def test_reset_steps_do_not_contribute_to_the_update():
     valid = jnp.ones((8, 2), bool).at[3, 0].set(False).at[6, 1].set(False)
     terminated = jnp.zeros((8, 2), bool).at[2, 0].set(True)
     truncated = jnp.zeros((8, 2), bool).at[5, 1].set(True)
-    base = Transition(obs, action, jnp.ones((8, 2)), terminated, truncated, valid, ())
+    base = Transition(obs, action, jnp.ones((8, 2)), terminated, truncated, valid, {"epsilon": jnp.ones((8, 2))})
     noisy = base._replace(reward=jnp.where(valid, base.reward, -50.0), action=jnp.where(valid, action, 1 - action))
     last = jnp.zeros((2, 4))
     s1, _ = algo.update(state, Rollout(base, last), jax.random.key(3))

@@ -56,6 +56,24 @@ def test_a_concurrent_run_resumes_with_its_learner_on_another_device(tmp_path):
     assert result.summary["steps"] == 2048 and np.isfinite(result.summary["final_eval_return_mean"])
 
 
+def test_a_resumed_concurrent_run_acts_its_first_rollout_with_the_saved_policy(tmp_path):
+    """The checkpoint holds R_k, and its first iteration acts R_{k+1} with theta_k on fresh envs: no
+    rollout of the seed's initial policy comes before it (Pendulum's episodes last 200 steps, so
+    each env's running episode counts the steps acted since the resume)."""
+    from jaxrl_fast.env.envpool import make_xla_env
+    from jaxrl_fast.outputs.checkpoint import Checkpointer
+    from jaxrl_fast.run.build import build_schedule
+    from support import resolved
+
+    config = make_config("Pendulum-v1", "ppo", schedule="concurrent", num_envs=2, total_steps=128, log_interval=32,
+                         eval_interval=0, ppo=dict(num_steps=16, num_minibatches=1), run_dir=tmp_path / "run", progress="off")
+    train(config)
+    restored = Checkpointer(config.run_dir, 1).restore()
+    schedule = build_schedule(resolved(config), make_xla_env(config.env, config.num_envs, 1, config.seed + 1))
+    schedule.start(restored)  # puts the state back, then one iteration
+    np.testing.assert_array_equal(np.asarray(schedule.state.env.episodes.episode_length), [16, 16])
+
+
 @pytest.mark.slow
 def test_concurrent_ppo_still_learns_cartpole(tmp_path):
     """The preset under the concurrent schedule, a fixed seed: an evaluation reaches 475 within the

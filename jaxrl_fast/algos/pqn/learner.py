@@ -66,8 +66,10 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         return jnp.argmax(q_net.apply(params, obs), axis=-1).astype(jnp.int32)
 
     def act(state: PQNState, obs: jax.Array, key: jax.Array) -> Act:
-        action = epsilon_greedy(spec, key, act_deterministic(state.params, obs), epsilon(state))
-        return Act(action, action, ())
+        rate = epsilon(state)
+        action = epsilon_greedy(spec, key, act_deterministic(state.params, obs), rate)
+        # the rate travels with the rollout: under `concurrent` it was acted by the version before the learner's
+        return Act(action, action, {"epsilon": jnp.broadcast_to(rate, action.shape[:1])})
 
     def loss_fn(params: Any, mb: Batch) -> tuple[jax.Array, jax.Array]:
         return q_regression_loss(q_net.apply(params, mb.obs), mb.action, mb.target, mb.weight)
@@ -93,10 +95,9 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, total_steps: int, axis_name: str 
         batch = Batch(flat(tr.obs), flat(tr.action), flat(targets(state.params, rollout)),
                       flat(tr.valid.astype(jnp.float32)))
 
-        acted_with = epsilon(state)
         state, metrics = minibatch_epochs(minibatch_step, state, batch, key, config.update_epochs, config.num_minibatches)
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["train/epsilon"] = acted_with
+        metrics["train/epsilon"] = tr.extras["epsilon"][0, 0]  # the rate the rollout was acted with (one per rollout)
         return state._replace(iterations=state.iterations + 1), metrics
 
     return Algorithm(

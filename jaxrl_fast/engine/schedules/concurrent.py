@@ -22,6 +22,7 @@ import time
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EvalPayload, eval_payload, init_env_carry, make_rollout
@@ -59,12 +60,15 @@ class OnPolicyConcurrent(ScheduleBase):
         self.acting, self.learner = ctx.placement.acting, ctx.placement.learner
         self.clock = PhaseClock()
         self.requests = EvalRequests(ctx.on_eval, ctx.plan.eval_every_iterations)
-        rollout = make_rollout(ctx.env, options, algo.act, algo.rollout_length)
+        self._rollout = rollout = make_rollout(ctx.env, options, algo.act, algo.rollout_length)
         self.programs = ProgramStore.for_run(ctx.config, ctx.env, ctx.plan, ctx.placement)
         self._collect = self.programs.lazy("concurrent-collect", jax.jit(rollout, donate_argnums=0))
         self._update = self.programs.lazy("concurrent-update", jax.jit(jax.named_scope(phases.UPDATE)(algo.update)))
 
-    def init(self, key: jax.Array) -> ConcurrentState:
+    def init(self, key: jax.Array, resuming: bool = False) -> ConcurrentState:
+        """theta_0 and R_0 acted with it; `resuming`: zeros in R_0's place, which the checkpoint's
+        pending rollout replaces (a rollout of theta_0 would leave its part-played episodes in the
+        envs, and their returns in the resumed run's first finished episodes)."""
         algo, env, options = self.ctx.algo, self.ctx.env, self.ctx.options
         # every key committed to the acting device: a compiled program refuses a committed argument
         # on another device (an uncommitted one it copies, which would differ from a later call's)
@@ -76,13 +80,17 @@ class OnPolicyConcurrent(ScheduleBase):
         algo_state = self.programs.compile("concurrent-init", jit_once(algo.init), (algo_key,))(algo_key)
         args = jax.device_put((env.handle, env.reset()), self.acting)
         env_carry = self.programs.compile("concurrent-env-init", jit_once(env_init), args)(*args)
-        env_carry, rollout, _ = self._collect(env_carry, algo_state, first_key)  # R_0 with theta_0
+        if resuming:
+            shapes = jax.eval_shape(self._rollout, env_carry, algo_state, first_key)[1]
+            rollout = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        else:
+            env_carry, rollout, _ = self._collect(env_carry, algo_state, first_key)  # R_0 with theta_0
         return ConcurrentState(jax.device_put(algo_state, self.learner), env_carry,
                                jax.device_put(rollout, self.learner), loop_key, 0)
 
     def start(self, restored: Any | None) -> float:
         begin = time.perf_counter()
-        self.state = self.init(jax.random.key(self.ctx.config.seed))
+        self.state = self.init(jax.random.key(self.ctx.config.seed), resuming=restored is not None)
         if restored is not None:
             saved = restored.into(self.snapshot().state)
             env_carry = self.state.env._replace(obs_moments=saved["obs_moments"], reward_scale=saved["reward_scale"])
