@@ -171,6 +171,39 @@ def test_a_run_saved_before_policy_lag_resumes_at_the_largest_lag_its_bound_admi
     validate(resumed)
 
 
+def test_the_async_warm_up_is_whole_blocks_and_the_plan_counts_all_of_it():
+    """Each of the actors acts as many warm-up chunks (whole blocks): --learning-starts 150 is three
+    64-step chunks, four for two actors, and the run counts the four."""
+    from jaxrl_fast.env.envpool import make_xla_env
+    from jaxrl_fast.run.build import build_schedule
+    from support import resolved
+
+    run = resolved(make_config("Pendulum-v1", "sac", schedule="async", num_actors=2, dispatch_steps=64,
+                               sac=dict(learning_starts=150), total_steps=1024, eval_interval=0, progress="off"))
+    assert run.plan.warmup_steps == 256
+    schedule = build_schedule(run, make_xla_env(run.config.env, run.config.num_envs, 1, run.config.seed))
+    try:
+        schedule.start(None)
+        assert schedule.warmup_written == 256
+    finally:
+        schedule.close()
+
+
+def test_async_mode_one_step_chunks_count_every_block_after_the_warm_up(tmp_path):
+    """EnvPool's async mode with 1-step chunks: an actor's first chunk after its warm-up holds the
+    warm-up's last random actions, and is a block of the run all the same: every update's block is
+    counted, as a resume rebuilds the block count from the counts."""
+    run_dir = tmp_path / "run"
+    config = make_config("Pendulum-v1", "sac", schedule="async", num_envs=4, env_batch_size=2, dispatch_steps=4,
+                         sac=dict(learning_starts=64), total_steps=256, log_interval=64, eval_interval=0,
+                         run_dir=run_dir, progress="off")
+    train(config)
+    from jaxrl_fast.outputs.checkpoint import Checkpointer
+
+    counts = Checkpointer(run_dir, 1).restore().meta["schedule"]
+    assert counts["accepted"] + counts["dropped"] == 4 * counts["version"]  # one 4-step block per update
+
+
 @pytest.mark.parametrize("where, actors", [
     ("jaxrl_fast.engine.schedules.asynchronous:init_env_carry", {}),  # the XLA-step actor's set-up
     ("jaxrl_fast.engine.async_mode:recv_steps", dict(num_envs=4, env_batch_size=2)),  # an async-mode actor's EnvPool recv

@@ -63,7 +63,10 @@ def off_policy_plan(hyper: Any, num_envs: int, min_steps: int = 1) -> OffPolicyP
 
 
 def run_off_policy_plan(config: TrainConfig) -> OffPolicyPlan:
-    return off_policy_plan(algo_config(config), config.num_envs, dispatch_steps(config))
+    plan = off_policy_plan(algo_config(config), config.num_envs, dispatch_steps(config))
+    if config.schedule == "async":  # every actor acts as many warm-up chunks: whole blocks, all counted
+        plan = plan._replace(warmup_iterations=-(-plan.warmup_iterations // config.num_actors) * config.num_actors)
+    return plan
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,9 +69,10 @@ def actor_seed(seed: int, actor: int, num_envs: int) -> int:
 
 class Chunk(NamedTuple):
     rows: Row  # [T, num_envs, ...] on the learner's device
-    version: int  # parameter version that acted (-1: uniform random warm-up actions)
+    version: int  # oldest parameter version that acted its rows (-1: uniform random actions only)
     finished: Any  # EpisodeStats of the chunk
     actor: int
+    warmup: bool  # one of the actor's warm-up chunks
 
 
 class ParameterStore:
@@ -283,7 +284,7 @@ class AsyncSchedule(ScheduleBase):
                 env_step = (chunks if random else self.warmup_chunks + block - 1) * self.chunk * self.num_actors
                 rows, acted_by, finished = act(params, version, random, env_step)
                 rows, finished = self.clock.timed("transfer", transfer, (rows, finished), self.device)
-                self.queue.put(Chunk(rows, acted_by, finished, index))
+                self.queue.put(Chunk(rows, acted_by, finished, index, random))
                 chunks += 1
         except BaseException as error:  # reported by the learner; every thread stops
             self.errors.append(error)
@@ -299,7 +300,7 @@ class AsyncSchedule(ScheduleBase):
         streams = self.chunk // self.plan.rollout_length * self.num_actors
         rows = max(2, -(-self.plan.replay_rows // self.num_actors))  # the same total capacity over more streams
         self.state = jax.device_put(state._replace(replay=empty_like(state.replay, rows, streams)), self.device)
-        warmup_chunks = self.warmup_chunks = max(1, -(-self.plan.warmup_iterations // self.num_actors))
+        warmup_chunks = self.warmup_chunks = self.plan.warmup_iterations // self.num_actors  # whole blocks (the plan's)
         if restored is not None:
             self.state = self.state._replace(**resumed_fields(restored.into(self.snapshot().state)))
             self._restore_counters(restored.meta["schedule"])
@@ -347,15 +348,17 @@ class AsyncSchedule(ScheduleBase):
 
     def _write_block(self, chunks: list[Chunk]) -> None:
         counts = self.counts
-        warmup = [c.version < 0 for c in chunks]
-        lags = [self.version - c.version for c in chunks]
+        warmup = [c.warmup for c in chunks]
+        # EnvPool's async mode, 1-step chunks: an actor's first chunk after its warm-up holds the warm-up's
+        # last random actions only (no lag), and is a block of the run all the same (counted as accepted)
+        lags = [self.version - c.version if c.version >= 0 else 0 for c in chunks]
         keep = [w or lag <= counts.max_policy_lag for w, lag in zip(warmup, lags)]
         replay, self.episodes = self._add_block(self.state.replay, self.episodes, tuple(c.rows for c in chunks),
                                                 tuple(c.finished for c in chunks), np.asarray(keep))
         self.state = self.state._replace(replay=replay)
         self.warmup_written += self.chunk * sum(warmup)
         with counts.lock:
-            counts.lags.extend(lag for w, k, lag in zip(warmup, keep, lags) if k and not w)
+            counts.lags.extend(lag for c, k, lag in zip(chunks, keep, lags) if k and not c.warmup and c.version >= 0)
         counts.note(accepted=self.chunk * sum(k and not w for w, k in zip(warmup, keep)),
                   dropped=self.chunk * sum(not k for k in keep))
 
