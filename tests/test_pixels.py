@@ -256,6 +256,29 @@ def test_procgen_frames_are_channels_first_rgb_and_take_the_published_ppo_settin
     assert parse_args(["--env", "StarpilotEasy-v0", "--algo", "pqn"]).pqn.encoder == "impala"
 
 
+def test_a_procgen_time_out_ends_on_its_own_levels_last_frame():
+    """Procgen's games start their next level by themselves; a time-out (Coinrun's 1,000 steps) is a
+    truncation, which bootstraps from the observation its step returned (the buffer's next row): the
+    old level's last frame, with the new level's first one in the reset step after it (EnvPool
+    1.2.5 and 1.2.7)."""
+    import envpool
+
+    probe_spec("CoinrunEasy-v0")  # loads Qt 5
+    env = envpool.make("CoinrunEasy-v0", env_type="gymnasium", num_envs=1, seed=0)
+    still = np.full(1, 4, np.int32)  # Coinrun's no-op: the agent stands where its level starts it, and no frame moves
+    before, _ = env.reset()
+    for _ in range(1000):
+        obs, _, terminated, truncated, info = env.step(still)
+        if truncated[0] or terminated[0]:
+            break
+        before = obs
+    assert truncated[0] and not terminated[0] and info["elapsed_step"][0] == 1000
+    np.testing.assert_array_equal(obs, before)  # still the old level
+    after, _, _, _, info = env.step(still)
+    assert info["elapsed_step"][0] == 0 and not np.array_equal(after, obs)  # the reset step: a new level
+    env.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, flags", [
     ("ppo", ["--ppo.num-steps", "64", "--ppo.num-minibatches", "4", "--ppo.update-epochs", "1", "--total-steps", "1024"]),
