@@ -134,6 +134,26 @@ def test_evaluation_draws_one_policy_seed_per_step_from_its_evaluation_seed_and_
     assert (first.returns > 10).any()  # a fair coin keeps the pole up longer than always pushing left
 
 
+def test_an_evaluation_given_up_by_close_reports_nothing_after_it():
+    """`close` waits for an evaluation under way, up to its timeout; one that ends later (the run
+    has written its summary by then) must not log a result or replace the best policy."""
+    import time
+
+    def slow_policy(payload, obs, seed):
+        time.sleep(0.05)  # 10 episodes of CartPole pushed left: about 10 steps, half a second
+        return constant_policy(payload, obs, seed)
+
+    reported = []
+    evaluator = Evaluator("CartPole-v1", 10, 0, slow_policy, lambda result, _: reported.append(result.step), 500)
+    evaluator.request(None, 100)
+    deadline = time.monotonic() + 10
+    while not evaluator._busy and time.monotonic() < deadline:  # the evaluation is under way
+        time.sleep(0.01)
+    evaluator.close(timeout=0.05)
+    evaluator._thread.join(30)  # it ends meanwhile
+    assert not evaluator._thread.is_alive() and reported == []
+
+
 def test_an_epsilon_greedy_evaluation_draws_from_its_own_stream_of_seed_and_step():
     """The policy's per-step seeds come from a stream of their own: the epsilon draws (Atari's
     evaluations) are those of one generator seeded by (seed, step), as they were before there were seeds."""

@@ -191,6 +191,9 @@ class Evaluator:
         self._pending: tuple[Any, int] | None = None
         self._busy = False
         self._stopping = False
+        # held while a result is reported; a `close` that gave up waiting takes it to stop any later report
+        self._reporting = threading.Lock()
+        self._abandoned = False
         self.skipped = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -261,7 +264,10 @@ class Evaluator:
             self._wake.notify_all()
         self._thread.join(timeout)
         if self._thread.is_alive():
-            log.warning("evaluation thread did not stop within %.0f s", timeout)
+            with self._reporting:  # after a report under way, none: the run writes its summary next
+                self._abandoned = True
+            log.warning("evaluation thread did not stop within %.0f s: the evaluation under way is given up, "
+                        "and its result will not be logged", timeout)
             return
         self._pool.close()
 
@@ -322,7 +328,10 @@ class Evaluator:
                 self._pending = None
                 self._busy = True
             try:
-                self._on_result(self._evaluate(payload, step), payload)
+                result = self._evaluate(payload, step)
+                with self._reporting:
+                    if not self._abandoned:
+                        self._on_result(result, payload)
             except Exception as error:  # an evaluation must never take training down
                 self.failures += 1
                 self.last_error = f"{type(error).__name__}: {error}"
