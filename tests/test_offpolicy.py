@@ -179,8 +179,8 @@ def test_fused_loop_updates_the_buffer_in_place(algo_name, env_id):
     loop = fused_loop(make_algorithm(config, env.spec), env, EnvOptions(False, False, 0.99), plan, resolve_placement("single"),
                       4, EvalRequests(None, 0))
     state = loop.init(jax.random.key(0), env.handle, env.reset())
-    for program, args in ((loop.run, (state, jnp.int32(4))), (loop.warmup, (state,))):
-        hlo = jax.jit(program, donate_argnums=0).lower(*args).compile().as_text()
+    for program, args in ((jax.jit(loop.run, donate_argnums=0), (state, jnp.int32(4))), (loop.warmup.jitted, (state,))):
+        hlo = program.lower(*args).compile().as_text()
         assert buffer_sized_copies(hlo, rows // 2) == []
 
 

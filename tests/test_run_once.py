@@ -64,3 +64,38 @@ def test_a_loops_first_state_with_normalised_observations_is_that_of_level_0_alo
         env.pool.close()
     for a, b in zip(level0, once, strict=True):
         np.testing.assert_array_equal(b, a)
+
+
+@pytest.mark.parametrize("algo,env_id", [("dqn", "CartPole-v1"), ("sac", "Pendulum-v1")])
+def test_the_off_policy_warm_up_compiled_to_compile_fast_fills_the_same_buffer(algo, env_id):
+    """The fused loop's warm-up (random actions into the buffer) runs once: it is compiled with
+    `run_once_options` where the env steps outside XLA, and leaves the state of the default compile."""
+    from jaxrl_fast.algos import make_algorithm
+    from jaxrl_fast.config.plan import off_policy_plan
+    from jaxrl_fast.config.presets import resolve_defaults
+    from jaxrl_fast.engine.acting import EnvOptions
+    from jaxrl_fast.engine.placement import resolve_placement
+    from jaxrl_fast.engine.schedules.base import EvalRequests
+    from jaxrl_fast.engine.schedules.offpolicy import fused_loop, warmup_options
+    from jaxrl_fast.env.envpool import make_xla_env, probe_spec
+    from jaxrl_fast.env.ids import env_family
+
+    assert warmup_options(probe_spec(env_id)) == run_once_options()
+    assert warmup_options(probe_spec("Pong-v5")) is None  # frames: compiled for the run
+    config = resolve_defaults(env_id, algo, env_family(env_id))
+    hyper = getattr(config, algo)
+    states = []
+    for options in (None, run_once_options()):
+        env = make_xla_env(env_id, config.num_envs, 1, seed=5)
+        try:
+            plan = off_policy_plan(hyper, config.num_envs)
+            loop = fused_loop(make_algorithm(config, env.spec), env, EnvOptions(False, False, hyper.gamma), plan,
+                              resolve_placement("single", env), 1, EvalRequests(None, 0))
+            state = loop.init(jax.random.key(5), env.handle, env.reset())
+            warmup = jax.jit(loop.warmup.jitted.__wrapped__, compiler_options=options)
+            state, finished = warmup(state)
+            states.append(bits((state._replace(env=state.env._replace(handle=None)), finished)))  # the pool's address aside
+        finally:
+            env.pool.close()
+    for a, b in zip(*states, strict=True):
+        np.testing.assert_array_equal(b, a)
