@@ -107,8 +107,8 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
 
     run_program = programs.lazy("offpolicy-run", jax.jit(run, donate_argnums=0))
     init_program = programs.lazy("offpolicy-init", jit_once(pieces.init))
-    options = None if axis_name else warmup_options(env.spec)  # a data-parallel run's shard_map jits it
-    warmup_program = programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0, compiler_options=options))
+    compile_options = None if axis_name else warmup_options(env.spec)  # a data-parallel run's shard_map jits it
+    warmup_program = programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0, compiler_options=compile_options))
 
     def compile_ahead(executor: concurrent.futures.Executor, init_args: tuple, warm_up: bool) -> None:
         # XLA releases the GIL: the loop's compile (most of a cold start) overlaps init's and the warm-up's
