@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from jaxrl_fast.engine.replay import (
+    ReplayState,
     Row,
     add_many,
     add_rows,
@@ -204,3 +205,22 @@ def test_the_buffer_size_is_computed_before_anything_is_allocated():
     stacked = replay_nbytes(1_000_000, 8, (4, 84, 84), np.uint8, (), np.int32)
     frames = replay_nbytes(1_000_000, 8, (4, 84, 84), np.uint8, (), np.int32, frame_stack=4)
     assert frames == 1_000_000 * (84 * 84 + 4 + 4 + 4) and 3.9 < stacked / frames < 4
+
+
+def test_a_data_parallel_runs_buffers_end_each_at_its_own_last_row():
+    """A data-parallel checkpoint holds one buffer per shard along a leading axis, restored as numpy:
+    each shard's streams end where that shard's did, and its frames never go through the vmap."""
+    rng = np.random.default_rng(0)
+
+    def shard(count, head):
+        rows = Row(np.zeros((6, 3, 2), np.float32), np.zeros((6, 3), np.int32), np.zeros((6, 3), np.float32),
+                   np.zeros((6, 3), bool), rng.random((6, 3)) < 0.2, rng.random((6, 3)) < 0.8)
+        return ReplayState(rows, np.int32(count), np.int32(head))
+
+    shards = [shard(9, 3), shard(1, 1)]  # one wrapped, one with a single row written
+    ended = end_streams(jax.tree.map(lambda *x: np.stack(x), *shards), stacked=True)
+    assert isinstance(ended.rows.obs, np.ndarray)
+    for i, one in enumerate(shards):
+        alone = end_streams(jax.tree.map(jnp.asarray, one))
+        for stacked_leaf, leaf in zip(jax.tree.leaves(ended), jax.tree.leaves(alone), strict=True):
+            np.testing.assert_array_equal(np.asarray(stacked_leaf)[i], np.asarray(leaf))

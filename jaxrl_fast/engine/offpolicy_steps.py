@@ -21,7 +21,7 @@ from jax import lax
 from jaxrl_fast.config.plan import OffPolicyPlan
 from jaxrl_fast.engine import phases
 from jaxrl_fast.engine.acting import EnvCarry, EnvOptions, agents_map, init_env_carry, make_collect
-from jaxrl_fast.engine.replay import ReplayState, Row, end_streams, ended_flags, init_replay, sample_batch
+from jaxrl_fast.engine.replay import ReplayState, Row, end_streams, init_replay, sample_batch
 from jaxrl_fast.env.episodes import EpisodeStats
 from jaxrl_fast.types import BatchedEnv, OffPolicyAlgorithm, Transition
 
@@ -181,11 +181,7 @@ def resumed_fields(restored: dict[str, Any], stacked: bool = False) -> dict[str,
     shard along a leading axis)."""
     if "replay" not in restored:
         return restored
-    replay = restored["replay"]
-    if not stacked:
-        return dict(restored, replay=end_streams(replay))
-    valid, truncated = jax.vmap(ended_flags)(replay.rows.valid, replay.rows.truncated, replay.count, replay.head)
-    return dict(restored, replay=replay._replace(rows=replay.rows._replace(valid=valid, truncated=truncated)))
+    return dict(restored, replay=end_streams(restored["replay"], stacked))
 
 
 def checkpointed_fields(config: Any) -> tuple[str, ...]:

@@ -123,13 +123,15 @@ def add_many(state: ReplayState, rows: Row) -> ReplayState:
     return jax.lax.fori_loop(start, start + rows.obs.shape[0], body, state)
 
 
-def end_streams(state: ReplayState) -> ReplayState:
+def end_streams(state: ReplayState, stacked: bool = False) -> ReplayState:
     """The buffer of a resumed run, whose envs start new episodes: each stream's next row will be a
     new episode's first, not the next observation of its last row. So the last row becomes a reset
     step (no transition: its next observation was never written) and the row before it ends its
     episode by truncation: it bootstraps from the last row's observation, its true next one, and no
-    n-step window reads past it into the new episode's rows."""
-    valid, truncated = ended_flags(state.rows.valid, state.rows.truncated, state.count, state.head)
+    n-step window reads past it into the new episode's rows. `stacked`: one buffer per data-parallel
+    shard along a leading axis (only the two flag columns go through the vmap, never the frames)."""
+    flags = jax.vmap(ended_flags) if stacked else ended_flags
+    valid, truncated = flags(state.rows.valid, state.rows.truncated, state.count, state.head)
     return state._replace(rows=state.rows._replace(valid=valid, truncated=truncated))
 
 
