@@ -1,7 +1,7 @@
 """Files written whole: every file that a run, a suite, the program store, calibration or the FFI
 build writes in one go for another reader goes through `written_whole`, so a reader meets the old
 file or the new one, never half of one, and writers of one path at the same time never share a
-temporary file. (`metrics.jsonl` grows by whole lines instead; checkpoints are orbax's.)"""
+temporary file. (`metrics.jsonl` grows by whole lines instead; checkpoints are orbax's, flushed by `fsync_tree`.)"""
 
 from __future__ import annotations
 
@@ -25,6 +25,22 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Wait for everything under `root` to reach the disk: each file, then each directory's entries
+    from the deepest up, then `root`'s own entry in its parent (a checkpoint orbax renamed into place:
+    its JSON files are written without a wait). A file system that refuses a directory's fsync is
+    passed over, as in `written_whole`."""
+    root = Path(root)
+    directories = [root]
+    for parent, subdirectories, files in os.walk(root):
+        for name in files:
+            fsync_path(Path(parent) / name)
+        directories += [Path(parent) / name for name in subdirectories]
+    for directory in [*reversed(directories), root.parent]:
+        with contextlib.suppress(OSError):
+            fsync_path(directory)
 
 
 @contextlib.contextmanager

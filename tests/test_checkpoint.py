@@ -340,3 +340,38 @@ def test_a_resumed_buffers_streams_end_at_the_last_saved_row(tmp_path, schedule)
     assert saved["valid"][last].any() and not saved["truncated"][before].all()  # not so when saved
     assert not later["valid"][last].any() and later["truncated"][before].all()
     np.testing.assert_array_equal(later["obs"][:head], saved["obs"][:head])  # the saved rows themselves kept
+
+
+def test_a_checkpoint_is_on_the_disk_before_an_older_one_is_deleted(tmp_path, monkeypatch):
+    from typing import NamedTuple
+
+    import jaxrl_fast.files as files
+
+    class Replay(NamedTuple):
+        rows: jnp.ndarray  # a replay column: streamed as a .npy file
+
+    def state(step):
+        return {"replay": Replay(jnp.full((16, 4), step, jnp.float32)), "w": jnp.full(2, step, jnp.float32)}
+
+    checkpointer = Checkpointer(tmp_path, keep=2)
+    for step in (10, 20):
+        checkpointer.save(step, state(step), {"w": jnp.zeros(2)}, {"iterations": step})
+    synced, oldest_there = [], []
+    plain_fsync = files.fsync_path
+
+    def recorded(path):
+        synced.append(path.resolve())
+        oldest_there.append((checkpointer.directory / "10").is_dir())
+        plain_fsync(path)
+
+    monkeypatch.setattr(files, "fsync_path", recorded)
+    checkpointer.save(30, state(30), {"w": jnp.zeros(2)}, {"iterations": 30})
+    newest = checkpointer.directory / "30"
+    written = [p.resolve() for p in newest.rglob("*")]
+    assert any(p.suffix == ".npy" for p in written) and any(p.parent.name == "meta" for p in written)
+    assert set(written) <= set(synced)  # every file and directory of the new checkpoint
+    assert checkpointer.directory in synced  # and its name in the checkpoints' directory
+    assert all(oldest_there)  # the oldest was deleted only after
+    assert sorted(int(p.name) for p in checkpointer.directory.iterdir() if p.name.isdigit()) == [20, 30]
+    assert checkpointer.restore(30).state["00000"].shape == (16, 4)
+    checkpointer.close()

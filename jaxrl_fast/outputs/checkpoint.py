@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_fast.engine.sharding import is_key
+from jaxrl_fast.files import fsync_tree
 from jaxrl_fast.outputs.run_dir import BEST_POLICY, CHECKPOINT_DIR, POLICY_JSON, seed_run_dirs
 
 log = logging.getLogger(__name__)
@@ -257,7 +258,9 @@ def check_finite(metrics: dict[str, Any], params: Any, step: int, num_agents: in
 
 
 class Checkpointer:
-    """Periodic, atomic checkpoints keeping the newest `keep`; saving runs in the background."""
+    """Periodic, atomic checkpoints keeping the newest `keep`; saving runs in the background. A save
+    returns once its checkpoint is on the disk, and only then are older ones deleted: a power cut
+    never leaves the newest checkpoint half flushed with the one before it gone."""
 
     def __init__(self, run_dir: Path, keep: int):
         self.directory = Path(run_dir).resolve() / CHECKPOINT_DIR
@@ -272,8 +275,8 @@ class Checkpointer:
             import orbax.checkpoint as ocp
 
             _ignore_late_write_callbacks()
-            self._opened = ocp.CheckpointManager(
-                self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True))
+            # no max_to_keep: orbax would delete the older steps before the new one is on the disk
+            self._opened = ocp.CheckpointManager(self.directory, options=ocp.CheckpointManagerOptions(create=True))
         return self._opened
 
     def save(self, step: int, state: Any, policy: Any, meta: dict[str, Any]) -> None:
@@ -313,6 +316,14 @@ class Checkpointer:
                                       f"steps {list(self._manager.all_steps())} already (another run's?)")
         if jax.process_index() == 0:  # process 0 writes the run directory; the others join orbax's gathers only
             self._keep_best(step)
+            fsync_tree(self.directory / str(step))
+        self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        """Keep the newest `keep` steps, deleting older ones only once the newest is on the disk (every
+        process takes part: orbax's delete waits for all of them)."""
+        for old in sorted(self._manager.all_steps())[:-self.keep]:
+            self._manager.delete(old)
 
     def _keep_best(self, step: int) -> None:
         """A link to the run's best policy as it stands, inside the step's checkpoint (rotated with
