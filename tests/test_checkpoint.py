@@ -232,20 +232,22 @@ def test_a_resumed_runs_rates_are_of_the_steps_it_trained(ppo_2048):
     assert resumed["steps"] == 4096 and resumed["sps"] * resumed["train_s"] == pytest.approx(2048)
 
 
-def test_a_concurrent_resume_with_no_iteration_left_is_refused(tmp_path):
-    # its start trains an iteration, which would go past --total-steps
-    from jaxrl_fast.config.run import run_dict
-    from jaxrl_fast.run.resolve import resumed_config
-
-    config = make_config(run_dir=tmp_path, total_steps=4096, schedule="concurrent")
-    (tmp_path / "config.json").write_text(json.dumps({"train_config": run_dict(config)}))
-    (tmp_path / "checkpoints" / "4096").mkdir(parents=True)
-    with pytest.raises(jaxrl_fast.ConfigError, match="has trained 4,096 steps, all that --total-steps 4,096 allows"):
-        resumed_config(tmp_path)
-    assert resumed_config(tmp_path, total_steps=8192).total_steps == 8192
-    sync = dataclasses.replace(config, schedule="sync")  # trains nothing, and may write its summary again
-    (tmp_path / "config.json").write_text(json.dumps({"train_config": run_dict(sync)}))
-    assert resumed_config(tmp_path).total_steps == 4096
+@pytest.mark.parametrize("schedule, algo, env", [("concurrent", "ppo", "CartPole-v1"), ("async", "dqn", "CartPole-v1")])
+def test_a_finished_run_whose_summary_was_lost_writes_it_again(tmp_path, schedule, algo, env):
+    """Where the schedule's start trains an iteration to compile its learner (concurrent PPO, async),
+    a resume of a run trained to the end starts no schedule (the iteration would go past
+    --total-steps): it saves and evaluates nothing new and writes the summary from the log."""
+    run_dir = tmp_path / "run"
+    first = train(make_config(env, algo, run_dir=run_dir, total_steps=4096, log_interval=1024, eval_interval=2048,
+                              eval_episodes=2, progress="off", schedule=schedule))
+    assert first["steps"] == 4096 and first["final_eval_return_mean"] is not None
+    (run_dir / "summary.json").unlink()  # a crash after the final evaluation, before the summary
+    saved, lines = checkpoint_steps(run_dir), (run_dir / "metrics.jsonl").read_text()
+    resumed = jaxrl_fast.train(resume=run_dir).summary
+    assert resumed["steps"] == 4096 and resumed["sps"] is None  # nothing trained
+    assert resumed["final_eval_return_mean"] == first["final_eval_return_mean"]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4096
+    assert checkpoint_steps(run_dir) == saved and (run_dir / "metrics.jsonl").read_text() == lines
 
 
 def test_load_policy_names_what_it_cannot_read(ppo_2048):

@@ -107,9 +107,11 @@ def _train_calls(run: Run, progress: Progress, stop: StopRequest, tracer: CallTr
     plan, schedule, config = run.plan, run.schedule, run.config
     checkpoint_every = max(1, round(config.checkpoint_interval / plan.steps_per_iteration)) if config.checkpoint_interval else 0
     schedule.on_initialized = functools.partial(prepare_evaluations, run)
-    if run.restored is not None and cluster.any_process(every_target_reached(run))[0]:
-        # reached before the resume (its log says so): nothing trains, not even the iteration a
-        # concurrent or async `start` runs to compile its learner
+    if run.restored is not None and (cluster.any_process(every_target_reached(run))[0] or
+                                     (plan.warm_iterations and run.restored.meta["iterations"] >= plan.total_iterations)):
+        # reached before the resume (its log says so), or trained to the end where `start` would run
+        # an iteration to compile its learner (concurrent PPO, async): nothing trains, and the summary
+        # is written again from the log (its final evaluation, where one was logged)
         progress.done = progress.started_at = run.restored.meta["iterations"]
         return
     progress.compile_s = work(lambda: schedule.start(run.restored))

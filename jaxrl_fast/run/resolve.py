@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from jaxrl_fast.algos import action_space_error
 from jaxrl_fast.config.checks import validate
-from jaxrl_fast.config.plan import Plan, env_threads, make_plan, warm_iterations
+from jaxrl_fast.config.plan import Plan, env_threads, make_plan
 from jaxrl_fast.config.run import (
     ALGOS,
     OFF_POLICY,
@@ -485,11 +485,4 @@ def resumed_config(run_dir: Path, total_steps: int | None = None, progress: str 
     if "policy_lag" not in data["train_config"]:  # saved before --policy-lag: the largest its bound admits
         over = oldest_acting_lag(config, uses_async_mode(config)) - config.max_policy_lag
         changes["policy_lag"] = max(0, config.policy_lag - max(0, over))
-    resumed = dataclasses.replace(config, **changes)
-    if done is not None and warm_iterations(resumed):
-        plan = make_plan(resumed, 1)
-        if done >= plan.total_steps:  # the schedule's start trains an iteration: past the end
-            raise ConfigError(f"--resume: {run_dir} has trained {done:,d} steps, all that --total-steps "
-                              f"{resumed.total_steps:,d} allows; the {resumed.schedule} schedule starts with a training "
-                              f"iteration ({plan.steps_per_iteration:,d} steps), so give a larger --total-steps")
-    return resumed
+    return dataclasses.replace(config, **changes)
