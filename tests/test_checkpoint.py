@@ -377,3 +377,20 @@ def test_a_checkpoint_is_on_the_disk_before_an_older_one_is_deleted(tmp_path, mo
     assert sorted(int(p.name) for p in checkpointer.directory.iterdir() if p.name.isdigit()) == [20, 30]
     assert checkpointer.restore(30).state["00000"].shape == (16, 4)
     checkpointer.close()
+
+
+def test_a_checkpoint_that_cannot_reach_the_disk_stops_the_run_and_keeps_the_older_ones(tmp_path, monkeypatch):
+    import jaxrl_fast.files as files
+    from jaxrl_fast.outputs.checkpoint import CheckpointSaveError
+
+    checkpointer = Checkpointer(tmp_path, keep=1)
+    checkpointer.save(10, {"w": jnp.zeros(2)}, {"w": jnp.zeros(2)}, {"iterations": 10})
+
+    def failing(path):
+        raise OSError(5, "Input/output error", str(path))
+
+    monkeypatch.setattr(files, "fsync_path", failing)
+    with pytest.raises(CheckpointSaveError, match="at step 20 .* could not be flushed to the disk: .*Input/output error"):
+        checkpointer.save(20, {"w": jnp.ones(2)}, {"w": jnp.ones(2)}, {"iterations": 20})
+    assert (checkpointer.directory / "10").is_dir()  # --keep-checkpoints 1, but the new one is not on the disk
+    checkpointer.close()

@@ -316,7 +316,11 @@ class Checkpointer:
                                       f"steps {list(self._manager.all_steps())} already (another run's?)")
         if jax.process_index() == 0:  # process 0 writes the run directory; the others join orbax's gathers only
             self._keep_best(step)
-            fsync_tree(self.directory / str(step))
+            try:
+                fsync_tree(self.directory / str(step))
+            except OSError as failure:  # the older checkpoints stay
+                raise CheckpointSaveError(f"the checkpoint at step {step:,d} in {self.directory} could not be "
+                                          f"flushed to the disk: {failure}") from failure
         self._drop_oldest()
 
     def _drop_oldest(self) -> None:
