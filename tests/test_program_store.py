@@ -303,3 +303,40 @@ def test_a_failed_compile_from_shapes_falls_back_to_the_real_arguments(tmp_path,
         out, total = lazy(state, n)
     np.testing.assert_allclose(np.asarray(out["x"]), np.arange(6.0).reshape(2, 3) * 2 + constant + 1, rtol=1e-6)
     assert float(total) == 15.0 and "compile from its arguments' shapes failed" in caplog.text
+
+
+def test_ahead_returns_once_the_program_is_lowered_and_compiles_it_beside_the_caller(tmp_path, monkeypatch):
+    """The caller traces its own programs (`init`'s, the warm-up's) only after the loop is traced
+    and lowered alone, holding the GIL; XLA's compile of it, which does not, goes on beside them."""
+    import concurrent.futures
+    import threading
+
+    from jaxrl_fast.engine.program_store import placed_shapes
+
+    traced, compile_may_end = [], threading.Event()
+    real_compile = program_store._compile
+
+    def held_compile(lowered, salt=None):
+        assert compile_may_end.wait(timeout=60)
+        return real_compile(lowered, salt)
+
+    monkeypatch.setattr(program_store, "_compile", held_compile)
+    constant = float(uuid.uuid4().int % 2**40) / 2**20
+
+    def step(state, n):
+        traced.append(threading.current_thread().name)
+        return {"x": state["x"] * 2.0 + constant + n}, state["x"].sum()
+
+    state, n = args()
+    lazy = ProgramStore(tmp_path, "identity").lazy("loop", jax.jit(step, donate_argnums=0))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ahead") as executor:
+        lazy.ahead(executor, placed_shapes(jax.eval_shape(lambda: state), jax.devices()[0]),
+                   jax.ShapeDtypeStruct((), jnp.float32))
+        try:
+            assert len(traced) == 1 and traced[0].startswith("ahead")  # lowered on the executor before ahead returned
+            assert not lazy.pending.done()  # and still compiling
+        finally:
+            compile_may_end.set()
+        out, total = lazy(state, n)
+    np.testing.assert_allclose(np.asarray(out["x"]), np.arange(6.0).reshape(2, 3) * 2 + constant + 1, rtol=1e-6)
+    assert float(total) == 15.0 and len(traced) == 1

@@ -172,19 +172,27 @@ class ProgramStore:
         directory = compile_cache.program_dir() if config.compile_cache else None
         return cls(directory, run_identity(config, env, plan, placement) if directory is not None else None)
 
-    def compile(self, name: str, jitted: Callable, args: tuple) -> Callable:
-        """`jitted` compiled for `args` (arrays or `jax.ShapeDtypeStruct`s with their placement)."""
+    def compile(self, name: str, jitted: Callable, args: tuple, lowered_or_found: Callable[[], None] = lambda: None
+                ) -> Callable:
+        """`jitted` compiled for `args` (arrays or `jax.ShapeDtypeStruct`s with their placement).
+        `lowered_or_found` is called once the program is lowered, or found stored (`compile_beside`)."""
         leaves, in_tree = jax.tree.flatten(args)
         devices = _devices(leaves)
         if self.directory is None or devices is None:
-            return jitted.lower(*args).compile()
+            lowered = jitted.lower(*args)
+            lowered_or_found()
+            return lowered.compile()
         shapes = [f"{x.dtype}{list(x.shape)}{'w' if getattr(x, 'weak_type', False) else ''}"
                   f"@{getattr(x, 'sharding', None) if getattr(x, 'committed', True) else 'any'}" for x in leaves]
         key = hashlib.sha256(json.dumps([self.identity, name, str(in_tree), shapes]).encode()).hexdigest()
         path = self.directory / f"{name}-{key[:40]}{SUFFIX}"
-        compiled = self._load(path, devices)
+        compiled = None
+        if path.exists():
+            lowered_or_found()  # loading it needs no tracing
+            compiled = self._load(path, devices)
         if compiled is None:
             lowered = jitted.lower(*args)  # tracing may compile small programs of its own: not this one
+            lowered_or_found()
             compiled, fresh, served = _compile(lowered)
             if served and self._served_before(path):
                 try:  # a salt of this compile's own: JAX's cache may hold an earlier one's, as it held this program
@@ -194,6 +202,20 @@ class ProgramStore:
             if fresh:
                 self._save(path, compiled)
         return compiled
+
+    def compile_beside(self, executor: concurrent.futures.Executor, name: str, jitted: Callable,
+                       args: tuple) -> concurrent.futures.Future:
+        """`compile` on `executor`, returning once the program is lowered (or found stored).
+
+        Tracing and lowering are Python and hold the GIL; XLA's compile releases it. A program
+        traced while the caller traces its own (`init`, the warm-up) shares the GIL with them, and
+        its compile, the longest step of a cold start, starts that much later; so it is traced
+        alone first, and the caller's work overlaps only its compile."""
+        lowered = threading.Event()
+        future = executor.submit(self.compile, name, jitted, args, lowered.set)
+        future.add_done_callback(lambda _: lowered.set())  # failed before it was lowered: the caller goes on
+        lowered.wait()
+        return future
 
     def _served_before(self, path: Path) -> bool:
         """Whether JAX's cache served this entry's program to an earlier run too, which it then noted.
@@ -270,8 +292,9 @@ class LazyProgram:
         self.pending: concurrent.futures.Future | None = None
 
     def ahead(self, executor: concurrent.futures.Executor, *shapes: Any) -> None:
-        """Start compiling on `executor` for arguments of `shapes` (see `placed_shapes`); the first call waits for it."""
-        self.pending = executor.submit(self.store.compile, self.name, self.jitted, shapes)
+        """Start compiling on `executor` for arguments of `shapes` (see `placed_shapes`), returning
+        once the program is lowered (`ProgramStore.compile_beside`); the first call waits for it."""
+        self.pending = self.store.compile_beside(executor, self.name, self.jitted, shapes)
 
     def __call__(self, *args: Any) -> Any:
         if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):

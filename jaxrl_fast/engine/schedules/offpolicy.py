@@ -111,7 +111,8 @@ def fused_loop(algo, env, options, plan, placement, iterations_per_call, request
     warmup_program = programs.lazy("offpolicy-warmup", jax.jit(warmup, donate_argnums=0, compiler_options=compile_options))
 
     def compile_ahead(executor: concurrent.futures.Executor, init_args: tuple, warm_up: bool) -> None:
-        # XLA releases the GIL: the loop's compile (most of a cold start) overlaps init's and the warm-up's
+        # Each is lowered alone, the loop first; XLA releases the GIL, so the loop's compile (most of a
+        # cold start) overlaps the warm-up's and init's tracing and compiles
         shapes = placed_shapes(jax.eval_shape(pieces.init, *init_args), placement.acting)
         run_program.ahead(executor, shapes, jax.ShapeDtypeStruct((), jnp.int32))
         if warm_up:
